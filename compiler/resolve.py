@@ -1,0 +1,171 @@
+"""Resolve a valid card into a frozen, fully-defaulted `ResolvedCard`.
+
+Templates only ever see a `ResolvedCard`: every field has a value, so no template needs
+`| default` or `is defined`. `origins` records where each value came from (the card, a default,
+or the catalog), which `rtc explain` prints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .card import RawCard
+from .catalog import Loss, Method, Model, Signal, Task, default_lr, load_catalog
+
+# Defaults by method, for the fields the method uses. Each is documented in README's card section.
+METHOD_DEFAULTS = {
+    "grpo": {
+        "steps": 50,
+        "group_size": 8,
+        "prompts_per_step": 8,
+        "advantage_std": False,
+        "sampling": {"max_tokens": 512, "temperature": 1.0, "top_p": 1.0},
+    },
+    "sdft": {
+        "steps": 50,
+        "group_size": 4,
+        "prompts_per_step": 1,
+        "sampling": {"max_tokens": 256, "temperature": 0.7, "top_p": 1.0},
+    },
+    "sft": {"steps": 100, "batch_size": 8, "sampling": {"max_tokens": 256, "temperature": 0.7, "top_p": 1.0}},
+    "dpo": {"steps": 100, "batch_size": 8, "sampling": {"max_tokens": 256, "temperature": 0.7, "top_p": 1.0}},
+}
+COMMON_DEFAULTS = {"rank": 32, "eval_every": 10, "save_every": 10, "seed": 0}
+# When the catalog does not know a model's context length.
+FALLBACK_MAX_LENGTH = 32768
+
+
+@dataclass(frozen=True)
+class Sampling:
+    max_tokens: int
+    temperature: float
+    top_p: float
+
+
+@dataclass(frozen=True)
+class ResolvedCard:
+    name: str
+    title: str
+    description: str
+    signal: Signal
+    method: Method
+    task: Task
+    model: Model
+    loss: Loss
+    loss_config: dict[str, float]
+    rank: int
+    steps: int
+    lr: float
+    sampling: Sampling
+    group_size: int | None
+    prompts_per_step: int | None
+    batch_size: int | None
+    advantage_std: bool | None
+    eval_every: int
+    save_every: int
+    seed: int
+    max_length: int
+    system_prompt: str | None
+    data_train: str | None
+    data_eval: str | None
+    source: str
+    card_sha256: str
+    origins: dict[str, str] = field(default_factory=dict)
+
+
+def resolve(card: RawCard, source: str | None = None) -> ResolvedCard:
+    """Fill every default of a card that passed `validate`. `source` is the path shown in headers."""
+    catalog = load_catalog()
+    data = card.data
+    method = catalog.methods[data["method"]]
+    model = catalog.models[data["model"]]
+    task = catalog.tasks[data["task"]]
+    origins: dict[str, str] = {}
+    defaults = {**COMMON_DEFAULTS, **METHOD_DEFAULTS[method.name]}
+
+    def pick(name: str, default: object, origin: str = "default") -> object:
+        if name in data:
+            origins[name] = "card"
+            return data[name]
+        origins[name] = origin
+        return default
+
+    loss = catalog.losses[pick("loss", method.default_loss, f"default of method {method.name}")]
+    loss_config = {}
+    for option in loss.config:
+        if option.name in data.get("loss_config", {}):
+            loss_config[option.name] = float(data["loss_config"][option.name])
+            origins[f"loss_config.{option.name}"] = "card"
+        else:
+            loss_config[option.name] = option.default
+            origins[f"loss_config.{option.name}"] = f"default of loss {loss.name}"
+
+    lr_default, lr_note = default_lr(model, method)
+    sampling_default = defaults["sampling"]
+    sampling_card = data.get("sampling", {})
+    sampling_values = {}
+    for key, value in sampling_default.items():
+        if key in sampling_card:
+            sampling_values[key] = sampling_card[key]
+            origins[f"sampling.{key}"] = "card"
+        else:
+            sampling_values[key] = value
+            origins[f"sampling.{key}"] = f"default of method {method.name}"
+    if model.context is not None:
+        max_length = pick("max_length", model.context, f"catalog: {model.name} context")
+    else:
+        max_length = pick("max_length", FALLBACK_MAX_LENGTH, "default (context not in catalog)")
+
+    def method_field(name: str) -> object:
+        if name not in method.uses:
+            return None
+        return pick(name, defaults[name], f"default of method {method.name}")
+
+    data_section = data.get("data", {})
+    for split in ("train", "eval"):
+        origins[f"data.{split}"] = "card" if split in data_section else "none"
+    origins["system_prompt"] = "card" if "system_prompt" in data else f"task {task.name}"
+
+    resolved = ResolvedCard(
+        name=pick("name", None),
+        title=pick("title", None),
+        description=pick("description", ""),
+        signal=catalog.signals[pick("signal", None)],
+        method=catalog.methods[pick("method", None)],
+        task=catalog.tasks[pick("task", None)],
+        model=catalog.models[pick("model", None)],
+        loss=loss,
+        loss_config=loss_config,
+        rank=int(pick("rank", defaults["rank"])),
+        steps=int(pick("steps", defaults["steps"], f"default of method {method.name}")),
+        lr=float(pick("lr", lr_default, lr_note)),
+        sampling=Sampling(
+            max_tokens=int(sampling_values["max_tokens"]),
+            temperature=float(sampling_values["temperature"]),
+            top_p=float(sampling_values["top_p"]),
+        ),
+        group_size=method_field("group_size"),
+        prompts_per_step=method_field("prompts_per_step"),
+        batch_size=method_field("batch_size"),
+        advantage_std=method_field("advantage_std"),
+        eval_every=int(pick("eval_every", defaults["eval_every"])),
+        save_every=int(pick("save_every", defaults["save_every"])),
+        seed=int(pick("seed", defaults["seed"])),
+        max_length=int(max_length),
+        system_prompt=data["system_prompt"] if "system_prompt" in data else task.system_prompt,
+        data_train=data_section.get("train"),
+        data_eval=data_section.get("eval"),
+        source=source if source is not None else card.file,
+        card_sha256=hashlib.sha256(card.text.encode("utf-8")).hexdigest(),
+        origins=origins,
+    )
+    return resolved
+
+
+def data_path(card: ResolvedCard, rel: str | None) -> str | None:
+    """A card's data path as seen from the directory the card's source path is relative to."""
+    if rel is None:
+        return None
+    return (Path(card.source).parent / rel).as_posix()

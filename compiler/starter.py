@@ -1,0 +1,85 @@
+"""`rtc new`: a commented starter card for a signal, method, task and model."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from .catalog import default_lr, load_catalog
+from .errors import UsageError
+from .resolve import COMMON_DEFAULTS, METHOD_DEFAULTS
+from .validate import did_you_mean
+
+
+def _check(kind: str, value: str, choices) -> None:
+    if value not in choices:
+        raise UsageError(f"--{kind}: unknown {kind} {value!r}{did_you_mean(value, list(choices))}; "
+                         f"see `rtc list {kind}s`")
+
+
+def _yaml_str(text: str) -> str:
+    # A JSON string literal is a valid double-quoted YAML scalar for any text.
+    return json.dumps(text, ensure_ascii=False)
+
+
+def starter_card(*, signal: str, method: str, task: str, model: str, name: str | None = None) -> str:
+    catalog = load_catalog()
+    _check("signal", signal, catalog.signals)
+    _check("method", method, catalog.methods)
+    _check("task", task, catalog.tasks)
+    _check("model", model, catalog.models)
+    spec = catalog.methods[method]
+    if spec.signal != signal:
+        raise UsageError(f"--method {method} learns from {spec.signal}, not {signal}")
+    if signal not in catalog.tasks[task].signals:
+        raise UsageError(f"--task {task} does not fit signal {signal}")
+    short = re.sub(r"[^a-z0-9]+", "-", model.split("/")[-1].lower()).strip("-")
+    name = name or f"{method}-{task}-{short}"
+    if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name):
+        raise UsageError(f"--name {name!r} is not a slug: use lowercase letters, digits and '-'")
+    defaults = {**COMMON_DEFAULTS, **METHOD_DEFAULTS[method]}
+    lr, lr_note = default_lr(catalog.models[model], spec)
+    loss = catalog.losses[spec.default_loss]
+    title = f"{spec.summary.split(';')[0].rstrip('.')} on {model.split('/')[-1]}"
+    lines = [
+        "# yaml-language-server: $schema=../compiler/schema/card.schema.json",
+        f"# A recipe card for rtc. Compile it with: rtc compile {name}.yaml -o {name}.py",
+        f"name: {name}  # names the compiled file and the run",
+        f"title: {_yaml_str(title)}",
+        f"signal: {signal}  # {catalog.signals[signal].summary}",
+        f"method: {method}  # {spec.summary}",
+        f"task: {task}  # {catalog.tasks[task].summary}",
+        f"model: {model}  # {catalog.models[model].size}; see `rtc list models`",
+        f"loss: {loss.name}  # allowed: {', '.join(spec.losses)}",
+    ]
+    if loss.config:
+        lines.append("loss_config:")
+        lines += [f"  {o.name}: {o.default:g}  # {o.summary}" for o in loss.config]
+    lines += [
+        f"rank: {defaults['rank']}  # LoRA rank",
+        f"steps: {defaults['steps']}  # optimizer steps",
+        f"lr: {lr:g}  # {lr_note}",
+        "sampling:",
+        f"  max_tokens: {defaults['sampling']['max_tokens']}  # longest sampled completion",
+        f"  temperature: {defaults['sampling']['temperature']}",
+        f"  top_p: {defaults['sampling']['top_p']}",
+    ]
+    for field, comment in (
+        ("group_size", "samples per prompt"),
+        ("prompts_per_step", "prompts per step"),
+        ("batch_size", "rows per step"),
+        ("advantage_std", "divide advantages by the group's reward std"),
+    ):
+        if field in spec.uses:
+            value = defaults[field]
+            lines.append(f"{field}: {str(value).lower() if isinstance(value, bool) else value}  # {comment}")
+    lines += [
+        f"eval_every: {defaults['eval_every']}  # eval on --eval-data every N steps; 0 = never",
+        f"save_every: {defaults['save_every']}  # checkpoint every N steps; 0 = only at the end",
+        f"seed: {defaults['seed']}",
+        "# system_prompt: null  # default: the task's system prompt",
+        "# data:  # example datasets shipped with the card, relative to it (shown in the loop's header)",
+        f"#   train: data/{task}.jsonl",
+        f"#   eval: data/{task}.eval.jsonl",
+    ]
+    return "\n".join(lines) + "\n"

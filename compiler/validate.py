@@ -1,0 +1,194 @@
+"""Validate a card: the JSON Schema first, then the rules that tie fields together.
+
+Every problem is collected and reported at once, each located at the line and column of the value
+(or key) it concerns, with the fix in the message where there is one.
+"""
+
+from __future__ import annotations
+
+import difflib
+from functools import cache
+from pathlib import Path
+
+import jsonschema
+
+from .card import RawCard, dotted
+from .catalog import load_catalog
+from .errors import CardError, Problem
+from .schema import card_schema
+
+# Fields that only some methods read; a card setting one its method ignores is told so.
+METHOD_FIELDS = ("group_size", "prompts_per_step", "batch_size", "advantage_std")
+
+
+@cache
+def _validator() -> jsonschema.protocols.Validator:
+    schema = card_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def did_you_mean(word: object, choices: list[str] | tuple[str, ...]) -> str:
+    """`; did you mean 'x'?` for the closest choice, or an empty string."""
+    if not isinstance(word, str):
+        return ""
+    lowered = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(word.lower(), list(lowered), n=1, cutoff=0.6)
+    if not close:
+        # Model names are long: match on the part after the organisation too.
+        tails = {c.split("/")[-1].lower(): c for c in choices}
+        close_tail = difflib.get_close_matches(word.split("/")[-1].lower(), list(tails), n=1, cutoff=0.6)
+        return f"; did you mean '{tails[close_tail[0]]}'?" if close_tail else ""
+    return f"; did you mean '{lowered[close[0]]}'?"
+
+
+def schema_problems(card: RawCard) -> list[Problem]:
+    problems = []
+    for error in _validator().iter_errors(card.data):
+        path = tuple(error.absolute_path)
+        if error.validator == "additionalProperties":
+            allowed = list(error.schema.get("properties", {}))
+            extra = [k for k in error.instance if k not in allowed]
+            for key in extra:
+                problems.append(
+                    card.problem((*path, key), f"unknown field{did_you_mean(key, allowed)}", key=True)
+                )
+        elif error.validator == "required":
+            missing = error.message.split("'")[1] if "'" in error.message else error.message
+            line, col = card.where(path)
+            problems.append(Problem(card.file, line, col, dotted((*path, missing)), "missing required field"))
+        elif error.validator == "enum":
+            choices = [str(c) for c in error.validator_value]
+            hint = did_you_mean(error.instance, choices)
+            shown = ", ".join(choices) if len(choices) <= 8 else f"see `rtc list {_list_for(path)}`"
+            problems.append(card.problem(path, f"{error.instance!r} is not one of: {shown}{hint}"))
+        elif error.validator == "propertyNames":
+            problems.append(card.problem(path, f"unknown loss option: {error.message}"))
+        elif error.validator == "type":
+            expected = error.validator_value
+            expected = " or ".join(expected) if isinstance(expected, list) else expected
+            problems.append(
+                card.problem(path, f"expected {expected}, got {_type_name(error.instance)} {error.instance!r}")
+            )
+        elif error.validator == "pattern" and path == ("name",):
+            problems.append(
+                card.problem(path, f"{error.instance!r} is not a slug: use lowercase letters, digits and '-'")
+            )
+        else:
+            problems.append(card.problem(path, error.message))
+    return problems
+
+
+def _list_for(path: tuple) -> str:
+    return {"model": "models", "task": "tasks", "loss": "losses", "method": "methods"}.get(
+        str(path[0]) if path else "", "models"
+    )
+
+
+def _type_name(value: object) -> str:
+    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "list", dict: "mapping"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def rule_problems(card: RawCard) -> list[Problem]:
+    """Cross-field rules. Only run on a card that passed the schema, so the types are right."""
+    catalog = load_catalog()
+    data = card.data
+    problems = []
+    signal = catalog.signals[data["signal"]]
+    method = catalog.methods[data["method"]]
+    task = catalog.tasks[data["task"]]
+    model = catalog.models[data["model"]]
+
+    if method.signal != signal.name:
+        fits = sorted(m for m, spec in catalog.methods.items() if spec.signal == signal.name)
+        problems.append(
+            card.problem(
+                ("method",),
+                f"method {method.name} learns from {method.signal}, not {signal.name}; "
+                f"for {signal.name} use: {', '.join(fits)}",
+            )
+        )
+    if signal.name not in task.signals:
+        fits = sorted(t for t, spec in catalog.tasks.items() if signal.name in spec.signals)
+        problems.append(
+            card.problem(
+                ("task",),
+                f"task {task.name} does not fit signal {signal.name}; for {signal.name} use: {', '.join(fits)}",
+            )
+        )
+    loss_name = data.get("loss", method.default_loss)
+    if loss_name not in method.losses:
+        problems.append(
+            card.problem(
+                ("loss",),
+                f"loss {loss_name} does not fit method {method.name}; use one of: {', '.join(method.losses)}",
+            )
+        )
+    else:
+        options = [opt.name for opt in catalog.losses[loss_name].config]
+        for key in data.get("loss_config", {}):
+            if key not in options:
+                allowed = ", ".join(options) if options else "none"
+                problems.append(
+                    card.problem(
+                        ("loss_config", key),
+                        f"loss {loss_name} takes no option '{key}' (it takes: {allowed})",
+                        key=True,
+                    )
+                )
+        for key, value in data.get("loss_config", {}).items():
+            if key in ("clip_low_threshold", "clip_high_threshold", "beta") and value <= 0:
+                problems.append(card.problem(("loss_config", key), "must be greater than 0"))
+        low = data.get("loss_config", {}).get("clip_low_threshold")
+        high = data.get("loss_config", {}).get("clip_high_threshold")
+        if low is not None and high is not None and not low < 1 < high:
+            problems.append(
+                card.problem(("loss_config",), "clip thresholds must satisfy clip_low_threshold < 1 < clip_high_threshold")
+            )
+
+    for name in METHOD_FIELDS:
+        if name in data and name not in method.uses:
+            users = sorted(m for m, spec in catalog.methods.items() if name in spec.uses)
+            problems.append(
+                card.problem(
+                    (name,),
+                    f"does not apply to method {method.name} (only to {', '.join(users)}); remove it",
+                    key=True,
+                )
+            )
+    if method.name == "grpo" and data.get("group_size", 2) < 2:
+        problems.append(
+            card.problem(("group_size",), "grpo needs at least 2 samples per prompt to compare them; use 4 to 16")
+        )
+
+    max_length = data.get("max_length")
+    if max_length is not None and model.context is not None and max_length > model.context:
+        problems.append(
+            card.problem(("max_length",), f"{model.name} has a context of {model.context} tokens; use at most that")
+        )
+    max_tokens = data.get("sampling", {}).get("max_tokens")
+    limit = max_length or model.context
+    if max_tokens is not None and limit is not None and max_tokens >= limit:
+        problems.append(
+            card.problem(
+                ("sampling", "max_tokens"),
+                f"must leave room for the prompt: {max_tokens} >= max length {limit}",
+            )
+        )
+
+    base = Path(card.file).parent
+    for split, rel in data.get("data", {}).items():
+        if not (base / rel).is_file():
+            problems.append(card.problem(("data", split), f"no such file: {base / rel}"))
+    return problems
+
+
+def validate(card: RawCard) -> None:
+    """Raise `CardError` with every problem of the card, or return if it is valid."""
+    problems = schema_problems(card)
+    if not problems:
+        problems = rule_problems(card)
+    if problems:
+        raise CardError(problems)
