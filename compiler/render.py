@@ -36,12 +36,12 @@ PRIMITIVES = {
 
 # Standard-library imports every loop needs, and those each method adds.
 BASE_IMPORTS = {"argparse", "asyncio", "json", "os", "random", "signal", "socket", "sys", "time", "urllib.parse"}
-BASE_FROM_IMPORTS = {("pathlib", "Path")}
+BASE_FROM_IMPORTS = {("dataclasses", "dataclass"), ("pathlib", "Path")}
 METHOD_IMPORTS = {
     "sdft": ({"re"}, {("collections", "Counter")}),
     "grpo": (set(), {("concurrent.futures", "ThreadPoolExecutor")}),
     "sft": (set(), set()),
-    "dpo": (set(), set()),
+    "dpo": ({"math"}, set()),
 }
 ROW_TYPE_NAMES = {"str": "str", "object (reaches the verifier)": "dict"}
 
@@ -122,13 +122,13 @@ def context(card: ResolvedCard, filename: str) -> dict:
         f"{py_literal(key)}: {ROW_TYPE_NAMES.get(kind, 'str') if key != 'prompt' else '(str, list)'}"
         for key, kind in card.signal.row.items()
     )
-    positive = ["steps", "rank", "max_tokens"] + [
+    positive = ["steps", "rank", "max_tokens"] + (["beta"] if method == "dpo" else []) + [
         name for name in ("group_size", "prompts_per_step", "batch_size") if name in card.method.uses
     ]
     flags = ["--data", "--eval-data", "--eval-every", "--save-every", "--log", "--steps", "--rank", "--lr",
              "--out", "--seed", "--resume"]
     flags += {"grpo": ["--group-size", "--prompts-per-step"], "sdft": ["--group-size", "--prompts-per-step"],
-              "sft": ["--batch-size"], "dpo": ["--batch-size"]}[method]
+              "sft": ["--batch-size"], "dpo": ["--batch-size", "--beta"]}[method]
     flags += ["--max-tokens", "--temperature", "--model", "--dry-run"]
     loss_line = card.loss.name
     if card.loss_config:
@@ -163,7 +163,7 @@ def context(card: ResolvedCard, filename: str) -> dict:
         "max_tokens_help": {
             "sdft": "longest rewrite, in tokens",
             "grpo": "longest rollout, in tokens",
-        }.get(method, "longest sample shown at the end, in tokens"),
+        }.get(method, "longest final sample, in tokens"),
     }
 
 
