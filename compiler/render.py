@@ -39,7 +39,7 @@ BASE_IMPORTS = {"argparse", "asyncio", "json", "os", "random", "signal", "socket
 BASE_FROM_IMPORTS = {("dataclasses", "dataclass"), ("pathlib", "Path")}
 METHOD_IMPORTS = {
     "sdft": ({"re"}, {("collections", "Counter")}),
-    "grpo": (set(), {("concurrent.futures", "ThreadPoolExecutor")}),
+    "grpo": ({"math"}, {("concurrent.futures", "ThreadPoolExecutor")}),
     "sft": (set(), set()),
     "dpo": ({"math"}, set()),
 }
