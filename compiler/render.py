@@ -122,7 +122,7 @@ def context(card: ResolvedCard, filename: str) -> dict:
         f"{py_literal(key)}: {ROW_TYPE_NAMES.get(kind, 'str') if key != 'prompt' else '(str, list)'}"
         for key, kind in card.signal.row.items()
     )
-    positive = ["steps", "rank", "max_tokens"] + (["beta"] if method == "dpo" else []) + [
+    positive = ["steps", "rank", "max_tokens"] + [
         name for name in ("group_size", "prompts_per_step", "batch_size") if name in card.method.uses
     ]
     flags = ["--data", "--eval-data", "--eval-every", "--save-every", "--log", "--steps", "--rank", "--lr",

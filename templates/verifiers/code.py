@@ -1,13 +1,20 @@
 """Code task verifier: run the completion's Python against metadata.tests in a sandboxed subprocess.
 
 The code is the last ```python block of the completion (else the last plain ``` block, else the whole
-text). A small harness runs it in a fresh interpreter (``python -I``) in a temporary directory with a
+text). A small harness runs it in a fresh interpreter (``python -I``) in a temporary directory, with a
 minimal environment (PATH and LANG only), limits on CPU time, address space, file size, open files and
-processes, in its own session; the whole process group is killed at the wall-clock deadline. When the
-loop runs as root the harness drops to nobody (uid/gid 65534) before any candidate code runs, because
-RLIMIT_NPROC does not apply to root. Each test is reported on a private descriptor as a line tagged
-with a random nonce, so printing a fake result line earns nothing. Standard library only: this file is
-inlined into the generated training loop.
+processes, in its own session; the whole process group is killed at the wall-clock deadline.
+
+RLIMIT_NPROC does not apply to root, so when the loop runs as root the harness drops to nobody
+(uid/gid 65534) before any candidate code runs. The drop happens inside the harness, after the
+interpreter has started, not in the parent before exec: the interpreter may live where nobody cannot
+even open it (pyenv under /root, mode 700), and the harness keeps the standard library importable
+through directory descriptors opened while still root. Without root the process limit counts every
+process and thread of the user, so candidate code usually cannot start processes at all.
+
+Each test is reported on a private descriptor as a line tagged with a random nonce; the candidate's own
+stdout and stderr go to /dev/null, so printing fake result lines or flooding output earns nothing.
+Standard library only: this file is inlined into the generated training loop.
 
 Limits of the sandbox (it is not a container): candidate code can read world-readable files and use
 the network; memory is capped per process, not per process tree; a process that calls setsid() escapes
@@ -50,18 +57,7 @@ _CODE_HARNESS = r"""
 import json, os, resource, sys
 
 
-def run():
-    nonce = sys.stdin.readline().strip()
-    cpu_s, memory, file_bytes, processes, open_files, sandbox_id = map(int, sys.argv[1:7])
-    with open("job.json", encoding="utf-8") as handle:
-        job = json.load(handle)
-    os.unlink("job.json")  # the tests are not for the candidate to read
-    report_fd = os.dup(1)
-    write, encode, exec_, compile_, base_exception = os.write, str.encode, exec, compile, BaseException
-
-    def emit(text):
-        write(report_fd, encode("%s %s\n" % (nonce, text)))
-
+def sandbox(cpu_s, memory, file_bytes, processes, open_files, sandbox_id):
     for kind, soft, hard in (
         (resource.RLIMIT_CPU, cpu_s, cpu_s + 1),
         (resource.RLIMIT_AS, memory, memory),
@@ -69,7 +65,10 @@ def run():
         (resource.RLIMIT_NPROC, processes, processes),
         (resource.RLIMIT_CORE, 0, 0),
     ):
-        resource.setrlimit(kind, (soft, hard))
+        current_hard = resource.getrlimit(kind)[1]
+        if current_hard != resource.RLIM_INFINITY:  # a stricter limit set by the caller stays
+            hard = min(hard, current_hard)
+        resource.setrlimit(kind, (min(soft, hard), hard))
     if os.geteuid() == 0:
         # The interpreter may live where nobody cannot traverse (pyenv under /root): keep the import
         # path reachable through directory descriptors opened while still root.
@@ -91,16 +90,32 @@ def run():
             if type(package_path) is list:
                 package_path[:] = [relocate(entry) for entry in package_path]
         sys.path_importer_cache.clear()
-        try:
-            os.setgroups([])
-            os.setresgid(sandbox_id, sandbox_id, sandbox_id)
-            os.setresuid(sandbox_id, sandbox_id, sandbox_id)
-        except OSError:
-            pass
+        os.chown(".", sandbox_id, sandbox_id)  # the candidate's writable cwd, root-only until now
+        os.setgroups([])
+        os.setresgid(sandbox_id, sandbox_id, sandbox_id)
+        os.setresuid(sandbox_id, sandbox_id, sandbox_id)
         if 0 in os.getresuid() or 0 in os.getresgid():
-            emit("sandbox-error")  # never run candidate code as root
-            return
+            raise PermissionError("still root")
     resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
+
+
+def run():
+    nonce = sys.stdin.readline().strip()
+    cpu_s, memory, file_bytes, processes, open_files, sandbox_id = map(int, sys.argv[1:7])
+    with open("job.json", encoding="utf-8") as handle:
+        job = json.load(handle)
+    os.unlink("job.json")  # the tests are not for the candidate to read
+    report_fd = os.dup(1)
+    write, encode, exec_, compile_, base_exception = os.write, str.encode, exec, compile, BaseException
+
+    def emit(text):
+        write(report_fd, encode("%s %s\n" % (nonce, text)))
+
+    try:
+        sandbox(cpu_s, memory, file_bytes, processes, open_files, sandbox_id)
+    except Exception:
+        emit("sandbox-error")  # never run candidate code outside the sandbox
+        return
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
@@ -244,8 +259,6 @@ def _code_run_sandboxed(
     with tempfile.TemporaryDirectory(prefix="rtc-verify-code-", ignore_cleanup_errors=True) as workdir:
         with open(os.path.join(workdir, "job.json"), "w", encoding="utf-8") as handle:
             json.dump({"code": program, "steps": steps, "entry_point": entry_point}, handle)
-        if os.geteuid() == 0:
-            os.chown(workdir, _CODE_SANDBOX_ID, _CODE_SANDBOX_ID)  # the candidate's writable cwd
         deadline = time.monotonic() + timeout_s
         process = subprocess.Popen(
             [sys.executable, "-I", "-c", _CODE_HARNESS, *map(str, limits)],

@@ -17,8 +17,10 @@ _MATH_THINK_END = "</think>"
 # "\boxed{...}" or "\fbox{...}"; the brace group is matched by _math_match_braces, not by the regex.
 _MATH_BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*")
 
-# "Answer: 42", "Final answer: 42", "**Answer:** 42", "The answer is 42".
-_MATH_ANSWER_PHRASE_RE = re.compile(r"\banswer(?:\s+is\b|\s*[:：=])\s*(?:\*\*|__)?", re.IGNORECASE)
+# "Answer: 42", "Final answer: 42", "**Answer:** 42", "**Final Answer**: 42", "The answer is: 42".
+_MATH_ANSWER_PHRASE_RE = re.compile(
+    r"\banswer\**(?:\s+is\b\s*[:：]?|\s*[:：=])\s*(?:\*\*|__)?", re.IGNORECASE
+)
 
 # The answer phrase runs to the end of its sentence: ".", ";", "!" or "?" before a space or the end.
 _MATH_SENTENCE_END_RE = re.compile(r"[.;!?](?:\s|$)")
