@@ -17,7 +17,9 @@ from .errors import CardError, Problem, UsageError
 
 Path_ = tuple[str | int, ...]
 
-_SCIENTIFIC = re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$|^[-+]?\.[0-9_]+[eE][-+]?[0-9]+$")
+_SCIENTIFIC = re.compile(
+    r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$|^[-+]?\.[0-9_]+[eE][-+]?[0-9]+$"
+)
 
 
 class _CardLoader(yaml.SafeLoader):
@@ -112,7 +114,10 @@ def parse_card(text: str, file: str) -> RawCard:
                         )
                     )
                     continue
-                positions[("key", *path, key)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+                positions[("key", *path, key)] = (
+                    key_node.start_mark.line + 1,
+                    key_node.start_mark.column + 1,
+                )
                 out[key] = build(value_node, (*path, key))
             return out
         if isinstance(n, yaml.SequenceNode):

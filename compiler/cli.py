@@ -137,8 +137,10 @@ def list_cmd(what: str) -> None:
     elif what == "signals":
         rows = [(s.name, s.summary) for s in catalog.signals.values()]
     elif what == "methods":
-        rows = [(m.name, f"signal {m.signal}", "losses " + ",".join(m.losses), m.summary)
-                for m in catalog.methods.values()]
+        rows = [
+            (m.name, f"signal {m.signal}", "losses " + ",".join(m.losses), m.summary)
+            for m in catalog.methods.values()
+        ]
     elif what == "tasks":
         rows = [(t.name, "signals " + ",".join(t.signals), t.summary) for t in catalog.tasks.values()]
     else:
@@ -148,7 +150,9 @@ def list_cmd(what: str) -> None:
         ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
-        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1])
+        click.echo(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1]
+        )
 
 
 @cli.command("schema")
@@ -230,12 +234,21 @@ def serve_cmd(args: tuple[str, ...]) -> None:
 
 @cli.command(
     "run",
-    context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "allow_interspersed_args": False},
+    context_settings={
+        "ignore_unknown_options": True,
+        "allow_extra_args": True,
+        "allow_interspersed_args": False,
+    },
 )
 @click.argument("loop", type=click.Path(exists=True, dir_okay=False))
 @click.argument("loop_args", nargs=-1, type=click.UNPROCESSED)
-@click.option("--model", "serve_model", default="smollm2", show_default=True,
-              help="model for the local server: smollm2, tiny or a HF model directory")
+@click.option(
+    "--model",
+    "serve_model",
+    default="smollm2",
+    show_default=True,
+    help="model for the local server: smollm2, tiny or a HF model directory",
+)
 @click.option("--latency-ms", default=0, show_default=True, help="delay added to each server request")
 def run_cmd(loop: str, loop_args: tuple[str, ...], serve_model: str, latency_ms: int) -> None:
     """Run LOOP against a local `rtc serve` started for it, then stop the server.

@@ -113,8 +113,14 @@ def wrap_text(text: str, width: int = 100, indent: int = 0, subsequent: int | No
     out = []
     for paragraph in text.split("\n"):
         out.append(
-            textwrap.fill(paragraph, width=width, initial_indent=first, subsequent_indent=rest,
-                          break_long_words=False, break_on_hyphens=False)
+            textwrap.fill(
+                paragraph,
+                width=width,
+                initial_indent=first,
+                subsequent_indent=rest,
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
             or ""
         )
     return "\n".join(out)

@@ -35,7 +35,18 @@ PRIMITIVES = {
 }
 
 # Standard-library imports every loop needs, and those each method adds.
-BASE_IMPORTS = {"argparse", "asyncio", "json", "os", "random", "signal", "socket", "sys", "time", "urllib.parse"}
+BASE_IMPORTS = {
+    "argparse",
+    "asyncio",
+    "json",
+    "os",
+    "random",
+    "signal",
+    "socket",
+    "sys",
+    "time",
+    "urllib.parse",
+}
 BASE_FROM_IMPORTS = {("dataclasses", "dataclass"), ("pathlib", "Path")}
 METHOD_IMPORTS = {
     "sdft": ({"re"}, {("collections", "Counter")}),
@@ -75,7 +86,9 @@ def verifier_source(name: str) -> tuple[list[str], str]:
     imports: list[str] = []
     drop: set[int] = set()
     for node in tree.body:
-        is_docstring = isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and node is tree.body[0]
+        is_docstring = (
+            isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and node is tree.body[0]
+        )
         if isinstance(node, ast.Import | ast.ImportFrom) or is_docstring:
             drop.update(range(node.lineno - 1, node.end_lineno))
             if not is_docstring:
@@ -125,10 +138,25 @@ def context(card: ResolvedCard, filename: str) -> dict:
     positive = ["steps", "rank", "max_tokens"] + [
         name for name in ("group_size", "prompts_per_step", "batch_size") if name in card.method.uses
     ]
-    flags = ["--data", "--eval-data", "--eval-every", "--save-every", "--log", "--steps", "--rank", "--lr",
-             "--out", "--seed", "--resume"]
-    flags += {"grpo": ["--group-size", "--prompts-per-step"], "sdft": ["--group-size", "--prompts-per-step"],
-              "sft": ["--batch-size"], "dpo": ["--batch-size", "--beta"]}[method]
+    flags = [
+        "--data",
+        "--eval-data",
+        "--eval-every",
+        "--save-every",
+        "--log",
+        "--steps",
+        "--rank",
+        "--lr",
+        "--out",
+        "--seed",
+        "--resume",
+    ]
+    flags += {
+        "grpo": ["--group-size", "--prompts-per-step"],
+        "sdft": ["--group-size", "--prompts-per-step"],
+        "sft": ["--batch-size"],
+        "dpo": ["--batch-size", "--beta"],
+    }[method]
     flags += ["--max-tokens", "--temperature", "--model", "--dry-run"]
     loss_line = card.loss.name
     if card.loss_config:
@@ -140,7 +168,9 @@ def context(card: ResolvedCard, filename: str) -> dict:
         "dpo": " against the frozen initial weights",
     }[method]
     model = card.model
-    size = model.size + (f", context {model.context}" if model.context else "") + f", thinking {model.thinking}"
+    size = (
+        model.size + (f", context {model.context}" if model.context else "") + f", thinking {model.thinking}"
+    )
     return {
         "card": card,
         "filename": filename,

@@ -13,8 +13,9 @@ from .validate import did_you_mean
 
 def _check(kind: str, value: str, choices) -> None:
     if value not in choices:
-        raise UsageError(f"--{kind}: unknown {kind} {value!r}{did_you_mean(value, list(choices))}; "
-                         f"see `rtc list {kind}s`")
+        raise UsageError(
+            f"--{kind}: unknown {kind} {value!r}{did_you_mean(value, list(choices))}; see `rtc list {kind}s`"
+        )
 
 
 def _yaml_str(text: str) -> str:

@@ -68,7 +68,9 @@ def schema_problems(card: RawCard) -> list[Problem]:
             expected = error.validator_value
             expected = " or ".join(expected) if isinstance(expected, list) else expected
             problems.append(
-                card.problem(path, f"expected {expected}, got {_type_name(error.instance)} {error.instance!r}")
+                card.problem(
+                    path, f"expected {expected}, got {_type_name(error.instance)} {error.instance!r}"
+                )
             )
         elif error.validator == "pattern" and path == ("name",):
             problems.append(
@@ -86,9 +88,14 @@ def _list_for(path: tuple) -> str:
 
 
 def _type_name(value: object) -> str:
-    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "list", dict: "mapping"}.get(
-        type(value), type(value).__name__
-    )
+    return {
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        str: "string",
+        list: "list",
+        dict: "mapping",
+    }.get(type(value), type(value).__name__)
 
 
 def rule_problems(card: RawCard) -> list[Problem]:
@@ -115,7 +122,8 @@ def rule_problems(card: RawCard) -> list[Problem]:
         problems.append(
             card.problem(
                 ("task",),
-                f"task {task.name} does not fit signal {signal.name}; for {signal.name} use: {', '.join(fits)}",
+                f"task {task.name} does not fit signal {signal.name}; "
+                f"for {signal.name} use: {', '.join(fits)}",
             )
         )
     loss_name = data.get("loss", method.default_loss)
@@ -145,7 +153,10 @@ def rule_problems(card: RawCard) -> list[Problem]:
         high = data.get("loss_config", {}).get("clip_high_threshold")
         if low is not None and high is not None and not low < 1 < high:
             problems.append(
-                card.problem(("loss_config",), "clip thresholds must satisfy clip_low_threshold < 1 < clip_high_threshold")
+                card.problem(
+                    ("loss_config",),
+                    "clip thresholds must satisfy clip_low_threshold < 1 < clip_high_threshold",
+                )
             )
 
     for name in METHOD_FIELDS:
@@ -160,13 +171,17 @@ def rule_problems(card: RawCard) -> list[Problem]:
             )
     if method.name == "grpo" and data.get("group_size", 2) < 2:
         problems.append(
-            card.problem(("group_size",), "grpo needs at least 2 samples per prompt to compare them; use 4 to 16")
+            card.problem(
+                ("group_size",), "grpo needs at least 2 samples per prompt to compare them; use 4 to 16"
+            )
         )
 
     max_length = data.get("max_length")
     if max_length is not None and model.context is not None and max_length > model.context:
         problems.append(
-            card.problem(("max_length",), f"{model.name} has a context of {model.context} tokens; use at most that")
+            card.problem(
+                ("max_length",), f"{model.name} has a context of {model.context} tokens; use at most that"
+            )
         )
     max_tokens = data.get("sampling", {}).get("max_tokens")
     limit = max_length or model.context

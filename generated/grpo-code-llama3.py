@@ -160,21 +160,22 @@ ROLES = ("system", "user", "assistant", "tool")
 def load_dataset(path: str) -> list[dict]:
     """Read a JSONL dataset and check every row; raise DataError naming the file and line."""
     try:
-        handle = open(path, encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise DataError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     rows = []
-    with handle:
-        for line_no, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{line_no}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-            check_row(row, where)
-            rows.append(row)
+    for line_no, line in enumerate(text.split("\n"), 1):  # not splitlines(): JSON strings may hold U+2028
+        if not line.strip():
+            continue
+        where = f"{path}:{line_no}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        check_row(row, where)
+        rows.append(row)
     if not rows:
         raise DataError(f"{path}: no rows; expected one JSON object per line")
     return rows
@@ -742,7 +743,7 @@ def safe_verify(job: tuple[str, dict]) -> dict:
     """The verifier's verdict; a verifier bug scores 0 instead of stopping the run."""
     try:
         return verify(*job)
-    except Exception as exc:  # any failure of the scoring code is a zero, never a crash
+    except Exception as exc:  # noqa: BLE001 - a failure of the scoring code is a zero, never a crash
         return {"reward": 0.0, "correct": 0.0, "verifier_error": 1.0, "error": repr(exc)[:200]}
 
 

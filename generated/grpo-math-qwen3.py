@@ -154,21 +154,22 @@ ROLES = ("system", "user", "assistant", "tool")
 def load_dataset(path: str) -> list[dict]:
     """Read a JSONL dataset and check every row; raise DataError naming the file and line."""
     try:
-        handle = open(path, encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise DataError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     rows = []
-    with handle:
-        for line_no, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{line_no}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-            check_row(row, where)
-            rows.append(row)
+    for line_no, line in enumerate(text.split("\n"), 1):  # not splitlines(): JSON strings may hold U+2028
+        if not line.strip():
+            continue
+        where = f"{path}:{line_no}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        check_row(row, where)
+        rows.append(row)
     if not rows:
         raise DataError(f"{path}: no rows; expected one JSON object per line")
     return rows
@@ -449,8 +450,9 @@ _MATH_LEFT_RIGHT_RE = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg)(?![A-Za-z]
 # Degrees: "90^\circ", "90^{\circ}", "90°", "90\degree".
 _MATH_DEGREE_RE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree\b")
 
-# A leading variable assignment: "x = 5", "y_1 = 5", "k=-3".
-_MATH_ASSIGNMENT_RE = re.compile(r"^[A-Za-z](?:_\{?\w+\}?)?\s*=\s*(?=\S)")
+# An equals sign (not part of <=, >=, != or ==): the value is what follows the last one, so that
+# "x = 5", "y_1 = 5" and "17 + 25 = 42" all answer with their right-hand side.
+_MATH_EQUALS_RE = re.compile(r"(?<![<>!=])=(?!=)")
 
 # Thousands separators, only in the strict 1,234,567 shape so that a pair such as "3,5" is left alone.
 _MATH_THOUSANDS_RE = re.compile(r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?![\d,])")
@@ -564,7 +566,9 @@ def _math_normalize(answer: str) -> str:
     text = _math_replace_fracs(text)
     text = re.sub(r"\\sqrt\s*([0-9A-Za-z])", r"\\sqrt{\1}", text)
     text = re.sub(r"\s+", " ", text).strip()
-    text = _MATH_ASSIGNMENT_RE.sub("", text)
+    right_hand_sides = _MATH_EQUALS_RE.split(text)
+    if len(right_hand_sides) > 1 and right_hand_sides[-1].strip():
+        text = right_hand_sides[-1].strip()
     text = text.rstrip(".").strip()
     text = _MATH_THOUSANDS_RE.sub(lambda m: m.group(0).replace(",", ""), text)
     return text
@@ -669,7 +673,7 @@ def safe_verify(job: tuple[str, dict]) -> dict:
     """The verifier's verdict; a verifier bug scores 0 instead of stopping the run."""
     try:
         return verify(*job)
-    except Exception as exc:  # any failure of the scoring code is a zero, never a crash
+    except Exception as exc:  # noqa: BLE001 - a failure of the scoring code is a zero, never a crash
         return {"reward": 0.0, "correct": 0.0, "verifier_error": 1.0, "error": repr(exc)[:200]}
 
 

@@ -163,21 +163,22 @@ ROLES = ("system", "user", "assistant", "tool")
 def load_dataset(path: str) -> list[dict]:
     """Read a JSONL dataset and check every row; raise DataError naming the file and line."""
     try:
-        handle = open(path, encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise DataError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     rows = []
-    with handle:
-        for line_no, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{line_no}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-            check_row(row, where)
-            rows.append(row)
+    for line_no, line in enumerate(text.split("\n"), 1):  # not splitlines(): JSON strings may hold U+2028
+        if not line.strip():
+            continue
+        where = f"{path}:{line_no}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        check_row(row, where)
+        rows.append(row)
     if not rows:
         raise DataError(f"{path}: no rows; expected one JSON object per line")
     return rows

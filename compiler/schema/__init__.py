@@ -49,7 +49,12 @@ def card_schema() -> dict:
                 "additionalProperties": {"type": "number"},
                 "description": "Loss hyper-parameters (clip thresholds for ppo/cispo, beta for dro/dpo).",
             },
-            "rank": {"type": "integer", "minimum": 1, "maximum": 512, "description": "LoRA rank. Default 32."},
+            "rank": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 512,
+                "description": "LoRA rank. Default 32.",
+            },
             "steps": {"type": "integer", "minimum": 1, "maximum": 1000000, "description": "Optimizer steps."},
             "lr": {
                 "type": "number",
@@ -67,7 +72,12 @@ def card_schema() -> dict:
                 },
                 "description": "Sampling parameters for rollouts and rewrites.",
             },
-            "group_size": {"type": "integer", "minimum": 1, "maximum": 1024, "description": "Samples per prompt."},
+            "group_size": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 1024,
+                "description": "Samples per prompt.",
+            },
             "prompts_per_step": {"type": "integer", "minimum": 1, "maximum": 4096},
             "batch_size": {"type": "integer", "minimum": 1, "maximum": 4096, "description": "Rows per step."},
             "advantage_std": {
@@ -75,7 +85,11 @@ def card_schema() -> dict:
                 "description": "GRPO: divide advantages by the group's reward std. Default false.",
             },
             "eval_every": {"type": "integer", "minimum": 0, "description": "Eval every N steps; 0 = never."},
-            "save_every": {"type": "integer", "minimum": 0, "description": "Checkpoint every N steps; 0 = end."},
+            "save_every": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Checkpoint every N steps; 0 = end.",
+            },
             "seed": {"type": "integer", "minimum": 0, "description": "Data order and sampling seed."},
             "max_length": {
                 "type": "integer",

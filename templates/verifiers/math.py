@@ -2,9 +2,9 @@
 
 The answer is the content of the last ``\\boxed{...}`` (nested braces allowed) or, when nothing is boxed,
 the last "answer: X" / "the answer is X" phrase. Both sides are normalised (LaTeX wrappers, thousands
-separators, units, a leading ``x =``) and compared exactly as rationals with ``fractions.Fraction`` when
-both are numbers, otherwise as normalised strings. Standard library only: this file is inlined into the
-generated training loop.
+separators, units, anything up to a final ``=``) and compared exactly as rationals with
+``fractions.Fraction`` when both are numbers, otherwise as normalised strings. Standard library only:
+this file is inlined into the generated training loop.
 """
 
 import re
@@ -37,8 +37,9 @@ _MATH_LEFT_RIGHT_RE = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg)(?![A-Za-z]
 # Degrees: "90^\circ", "90^{\circ}", "90°", "90\degree".
 _MATH_DEGREE_RE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree\b")
 
-# A leading variable assignment: "x = 5", "y_1 = 5", "k=-3".
-_MATH_ASSIGNMENT_RE = re.compile(r"^[A-Za-z](?:_\{?\w+\}?)?\s*=\s*(?=\S)")
+# An equals sign (not part of <=, >=, != or ==): the value is what follows the last one, so that
+# "x = 5", "y_1 = 5" and "17 + 25 = 42" all answer with their right-hand side.
+_MATH_EQUALS_RE = re.compile(r"(?<![<>!=])=(?!=)")
 
 # Thousands separators, only in the strict 1,234,567 shape so that a pair such as "3,5" is left alone.
 _MATH_THOUSANDS_RE = re.compile(r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?![\d,])")
@@ -152,7 +153,9 @@ def _math_normalize(answer: str) -> str:
     text = _math_replace_fracs(text)
     text = re.sub(r"\\sqrt\s*([0-9A-Za-z])", r"\\sqrt{\1}", text)
     text = re.sub(r"\s+", " ", text).strip()
-    text = _MATH_ASSIGNMENT_RE.sub("", text)
+    right_hand_sides = _MATH_EQUALS_RE.split(text)
+    if len(right_hand_sides) > 1 and right_hand_sides[-1].strip():
+        text = right_hand_sides[-1].strip()
     text = text.rstrip(".").strip()
     text = _MATH_THOUSANDS_RE.sub(lambda m: m.group(0).replace(",", ""), text)
     return text

@@ -27,7 +27,9 @@ CASES = [
     (
         "model with the wrong case",
         "name: a\ntitle: t\nsignal: demonstrations\nmethod: sft\ntask: chat\nmodel: qwen/qwen3-8b\n",
-        ["card.yaml:6:8: model: 'qwen/qwen3-8b' is not one of: see `rtc list models`; did you mean 'Qwen/Qwen3-8B'?"],
+        [
+            "card.yaml:6:8: model: 'qwen/qwen3-8b' is not one of: see `rtc list models`; did you mean 'Qwen/Qwen3-8B'?"
+        ],
     ),
     (
         "duplicate key",
@@ -53,33 +55,43 @@ CASES = [
     (
         "method does not fit the signal",
         "name: a\ntitle: t\nsignal: demonstrations\nmethod: dpo\ntask: chat\nmodel: Qwen/Qwen3-8B\n",
-        ["card.yaml:4:9: method: method dpo learns from preferences, not demonstrations; "
-         "for demonstrations use: sdft, sft"],
+        [
+            "card.yaml:4:9: method: method dpo learns from preferences, not demonstrations; "
+            "for demonstrations use: sdft, sft"
+        ],
     ),
     (
         "loss does not fit the method",
         "name: a\ntitle: t\nsignal: environment\nmethod: grpo\ntask: math\nmodel: Qwen/Qwen3-8B\nloss: cross_entropy\n",
-        ["card.yaml:7:7: loss: loss cross_entropy does not fit method grpo; "
-         "use one of: importance_sampling, ppo, cispo, dro"],
+        [
+            "card.yaml:7:7: loss: loss cross_entropy does not fit method grpo; "
+            "use one of: importance_sampling, ppo, cispo, dro"
+        ],
     ),
     (
         "task does not fit the signal",
         "name: a\ntitle: t\nsignal: environment\nmethod: grpo\ntask: chat\nmodel: Qwen/Qwen3-8B\n",
-        ["card.yaml:5:7: task: task chat does not fit signal environment; "
-         "for environment use: code, json, match, math"],
+        [
+            "card.yaml:5:7: task: task chat does not fit signal environment; "
+            "for environment use: code, json, match, math"
+        ],
     ),
     (
         "loss option of another loss",
         "name: a\ntitle: t\nsignal: environment\nmethod: grpo\ntask: math\nmodel: Qwen/Qwen3-8B\nloss: ppo\n"
         "loss_config:\n  beta: 0.1\n",
-        ["card.yaml:9:3: loss_config.beta: loss ppo takes no option 'beta' "
-         "(it takes: clip_low_threshold, clip_high_threshold)"],
+        [
+            "card.yaml:9:3: loss_config.beta: loss ppo takes no option 'beta' "
+            "(it takes: clip_low_threshold, clip_high_threshold)"
+        ],
     ),
     (
         "clip thresholds the wrong way round",
         "name: a\ntitle: t\nsignal: environment\nmethod: grpo\ntask: math\nmodel: Qwen/Qwen3-8B\nloss: ppo\n"
         "loss_config:\n  clip_low_threshold: 1.2\n  clip_high_threshold: 0.8\n",
-        ["card.yaml:9:3: loss_config: clip thresholds must satisfy clip_low_threshold < 1 < clip_high_threshold"],
+        [
+            "card.yaml:9:3: loss_config: clip thresholds must satisfy clip_low_threshold < 1 < clip_high_threshold"
+        ],
     ),
     (
         "field the method does not use",

@@ -11,7 +11,9 @@ from compiler.build import compile_card
 from compiler.literals import py_docstring, py_literal, py_str_block
 
 # Any text at all but lone surrogates (which no YAML or UTF-8 file can hold).
-TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=300).filter(str.strip)
+TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=300).filter(
+    str.strip
+)
 
 
 @given(st.one_of(TEXT, st.text(max_size=200)))
@@ -37,8 +39,11 @@ def _yaml_quote(text: str) -> str:
     out = []
     for ch in text:
         code = ord(ch)
-        printable = code in (0x09, 0x0A, 0x85) or 0x20 <= code <= 0x7E or 0xA0 <= code <= 0xD7FF or (
-            0xE000 <= code <= 0xFFFD or code >= 0x10000
+        printable = (
+            code in (0x09, 0x0A)
+            or 0x20 <= code <= 0x7E
+            or (0xA0 <= code <= 0xD7FF and code not in (0x2028, 0x2029))
+            or (0xE000 <= code <= 0xFFFD or code >= 0x10000)
         )
         if ch in '"\\' or ch in "\t\n" or not printable:
             out.append(f"\\U{code:08x}")
@@ -49,7 +54,9 @@ def _yaml_quote(text: str) -> str:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(title=TEXT, description=TEXT, system_prompt=TEXT)
-def test_any_text_in_every_string_field_compiles_and_is_carried_unchanged(tmp_path, title, description, system_prompt):
+def test_any_text_in_every_string_field_compiles_and_is_carried_unchanged(
+    tmp_path, title, description, system_prompt
+):
     card = tmp_path / "card.yaml"
     card.write_text(
         "name: prop\n"
