@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .card import load_card
-from .errors import CardError, RtcError
+from .errors import CardError, RtcError, UsageError
 from .render import render
 from .resolve import ResolvedCard, resolve
 from .schema import SCHEMA_FILE, schema_text
@@ -42,8 +42,13 @@ def compile_card(
 def write_atomic(path: str | Path, text: str) -> None:
     """Write `text` to `path` through a temporary file in the same directory and a rename."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    if path.is_dir():
+        raise UsageError(f"{path}: is a directory; give a file name")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write: {exc.strerror}") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
@@ -86,7 +91,10 @@ def build_all(root: Path = Path("."), check: bool = False) -> BuildResult:
             errors.append(f"{card_path}: name: {card.name!r} is also the name of another card")
             continue
         outputs[target] = source
-    outputs[SCHEMA_FILE] = schema_text()
+    # Only rtc's own checkout carries the schema file; a user's project with recipes/ does not.
+    schema_file = root / "compiler" / "schema" / SCHEMA_FILE.name
+    if schema_file.resolve() == SCHEMA_FILE.resolve():
+        outputs[schema_file] = schema_text()
     expected = set(outputs)
     leftovers = [p for p in sorted((root / GENERATED).glob("*.py")) if p not in expected]
 

@@ -58,6 +58,8 @@ def compile_cmd(card: str, output: str) -> None:
     from .build import compile_card, write_atomic
 
     name = Path(output).name if output != "-" else None
+    if name and Path(output).resolve() == Path(card).resolve():
+        raise UsageError(f"-o {output} is the card itself; choose another output file")
     resolved, source = compile_card(card, output_name=name)
     if output == "-":
         click.echo(source, nl=False)

