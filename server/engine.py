@@ -1,0 +1,388 @@
+"""The training engine: one base model, one LoRA adapter per training client, AdamW, losses.
+
+All adapters hang off a single peft ``PeftModel`` (peft's multi-adapter support): a training
+client is a named adapter with its own AdamW optimizer, and a sampler is either the bare base
+model (adapters disabled) or a frozen adapter copied from a training client or loaded from a
+checkpoint. Selecting an adapter also makes only its weights require gradients, so one
+client's ``forward_backward`` can never touch another client's weights or gradients.
+
+The engine is not thread-safe by design: the server calls it from exactly one worker thread,
+which keeps torch work off the event loop and makes the ordering of operations obvious.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from server.losses import LossSpec, check_inputs, datum_loss
+
+log = logging.getLogger("rtc.serve")
+
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
+OPTIMIZER_STATE = "optimizer.pt"
+TRAINING_INFO = "rtc_training_state.json"
+# Tinker's LoRA scale does not depend on the rank; a fixed alpha gives scale = alpha / rank.
+LORA_ALPHA = 32
+# Tokens per forward/backward micro-batch: bounds the tokens x vocabulary logits in memory.
+MICRO_BATCH_TOKENS = 4096
+
+
+def default_threads() -> int:
+    """Half the cores: the client loop (tokenizing, rewards) runs on the same machine, and
+    torch's thread pool slows down badly (10x seen here) when its threads compete for cores."""
+    return max(1, (os.cpu_count() or 2) // 2)
+
+
+class EngineUserError(ValueError):
+    """The request is well-formed but cannot run (for example a checkpoint of another model)."""
+
+
+@dataclass
+class Datum:
+    """One decoded training example: the model input tokens and dense loss inputs."""
+
+    tokens: list[int]
+    inputs: dict[str, torch.Tensor]
+
+
+@dataclass
+class ForwardResult:
+    logprobs: list[torch.Tensor]
+    elementwise_loss: list[torch.Tensor]
+    loss_sum: float
+
+
+@dataclass
+class AdamParams:
+    learning_rate: float = 1e-4
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-12
+    weight_decay: float = 0.0
+    grad_clip_norm: float = 0.0
+
+
+@dataclass
+class LoraSettings:
+    rank: int
+    seed: int | None
+    train_mlp: bool
+    train_attn: bool
+    train_unembed: bool
+
+
+@dataclass
+class TrainingAdapter:
+    name: str
+    settings: LoraSettings
+    optimizer: torch.optim.AdamW | None = None
+    steps: int = 0
+    params: list[torch.nn.Parameter] = field(default_factory=list)
+
+
+def micro_batches(data: list[Datum], max_tokens: int) -> Iterator[list[Datum]]:
+    """Consecutive groups of datums with at most ``max_tokens`` tokens (at least one datum)."""
+    group: list[Datum] = []
+    size = 0
+    for datum in data:
+        if group and size + len(datum.tokens) > max_tokens:
+            yield group
+            group, size = [], 0
+        group.append(datum)
+        size += len(datum.tokens)
+    if group:
+        yield group
+
+
+class Engine:
+    """Owns the model; every method runs on the engine thread."""
+
+    def __init__(self, model_dir: Path, threads: int | None = None):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        torch.set_num_threads(threads or default_threads())
+        self.model_dir = model_dir
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        self.base = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+        self.base.eval()
+        for param in self.base.parameters():
+            param.requires_grad_(False)
+        self.config = self.base.config
+        self.vocab_size = int(self.base.get_output_embeddings().weight.shape[0])
+        self.max_length = int(getattr(self.config, "max_position_embeddings", 2048) or 2048)
+        self.arch = (getattr(self.config, "architectures", None) or [type(self.base).__name__])[0]
+        self._peft = None
+        self._adapters: dict[str, TrainingAdapter] = {}
+        self._module_groups = self._classify_linear_modules()
+
+    # ----- adapters -----------------------------------------------------------------------
+
+    def _classify_linear_modules(self) -> dict[str, list[str]]:
+        """Group the base model's linear layers into attention, MLP and unembedding."""
+        groups: dict[str, list[str]] = {"attn": [], "mlp": [], "unembed": []}
+        output = self.base.get_output_embeddings()
+        for name, module in self.base.named_modules():
+            if not isinstance(module, torch.nn.Linear):
+                continue
+            if module is output:
+                groups["unembed"].append(name)
+            elif any(part in name for part in ("attn", "attention")):
+                groups["attn"].append(name)
+            elif any(part in name for part in ("mlp", "feed_forward", "ffn")):
+                groups["mlp"].append(name)
+        return groups
+
+    def _lora_config(self, settings: LoraSettings):
+        from peft import LoraConfig
+
+        targets: list[str] = []
+        if settings.train_attn:
+            targets += self._module_groups["attn"]
+        if settings.train_mlp:
+            targets += self._module_groups["mlp"]
+        if settings.train_unembed:
+            targets += self._module_groups["unembed"]
+        if not targets:
+            raise EngineUserError("LoRA needs at least one of train_attn, train_mlp, train_unembed")
+        return LoraConfig(
+            r=settings.rank, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules=targets, bias="none"
+        )
+
+    def _add_adapter(self, name: str, lora_config, seed: int | None) -> None:
+        from peft import get_peft_model
+
+        seed = seed if seed is not None else int.from_bytes(os.urandom(4), "little")
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            if self._peft is None:
+                self._peft = get_peft_model(self.base, lora_config, adapter_name=name)
+                self._peft.eval()
+            else:
+                self._peft.add_adapter(name, lora_config)
+
+    def _adapter_params(self, name: str) -> list[torch.nn.Parameter]:
+        """The adapter's weights in a fixed order (by name without the adapter suffix)."""
+        marker = f".{name}."
+        named = [
+            (key.replace(marker, "."), param)
+            for key, param in self._peft.named_parameters()
+            if marker in key and "lora_" in key
+        ]
+        return [param for _, param in sorted(named, key=lambda item: item[0])]
+
+    def _select(self, name: str) -> None:
+        self._peft.set_adapter(name)
+
+    def create_training_adapter(self, name: str, settings: LoraSettings) -> None:
+        self._add_adapter(name, self._lora_config(settings), settings.seed)
+        self._adapters[name] = TrainingAdapter(name, settings, params=self._adapter_params(name))
+
+    def adapter_rank(self, name: str) -> int:
+        return self._adapters[name].settings.rank
+
+    def delete_adapter(self, name: str) -> None:
+        if self._peft is not None and name in self._peft.peft_config:
+            if len(self._peft.peft_config) > 1:
+                self._peft.delete_adapter(name)
+        self._adapters.pop(name, None)
+
+    def adapter_state(self, name: str) -> dict[str, torch.Tensor]:
+        from peft import get_peft_model_state_dict
+
+        return {
+            k: v.detach().clone() for k, v in get_peft_model_state_dict(self._peft, adapter_name=name).items()
+        }
+
+    def snapshot_for_sampling(self, source: str, name: str) -> None:
+        """Copy a training adapter into a frozen sampler adapter (current weights)."""
+        from peft import set_peft_model_state_dict
+
+        adapter = self._adapters[source]
+        self._add_adapter(name, self._lora_config(adapter.settings), 0)
+        set_peft_model_state_dict(self._peft, self.adapter_state(source), adapter_name=name)
+
+    def load_sampler_adapter(self, directory: Path, name: str) -> None:
+        """Load a saved adapter for sampling only (no optimizer)."""
+        self._load_adapter_files(directory, name)
+
+    def _load_adapter_files(self, directory: Path, name: str) -> LoraSettings:
+        from peft import set_peft_model_state_dict
+
+        info = self.checkpoint_info(directory)
+        settings = LoraSettings(**info["lora"])
+        if info.get("vocab_size") != self.vocab_size or info.get("arch") != self.arch:
+            raise EngineUserError(
+                f"checkpoint {directory.name} was saved from another model ({info.get('arch')}, "
+                f"vocab {info.get('vocab_size')}); this server runs {self.arch}, vocab {self.vocab_size}"
+            )
+        self._add_adapter(name, self._lora_config(settings), 0)
+        weights = load_file(str(directory / ADAPTER_WEIGHTS))
+        result = set_peft_model_state_dict(self._peft, weights, adapter_name=name)
+        unexpected = getattr(result, "unexpected_keys", [])
+        if unexpected:
+            self._peft.delete_adapter(name)
+            raise EngineUserError(f"checkpoint {directory.name} does not match the model: {unexpected[:3]}")
+        return settings
+
+    def load_training_adapter(self, directory: Path, name: str, with_optimizer: bool) -> None:
+        settings = self._load_adapter_files(directory, name)
+        adapter = TrainingAdapter(name, settings, params=self._adapter_params(name))
+        info = self.checkpoint_info(directory)
+        if with_optimizer:
+            optimizer_file = directory / OPTIMIZER_STATE
+            if not optimizer_file.is_file():
+                raise EngineUserError(
+                    f"checkpoint {directory.name} has no optimizer state (a sampler checkpoint?)"
+                )
+            state = torch.load(optimizer_file, weights_only=True)
+            if state is not None:
+                adapter.optimizer = self._new_optimizer(adapter.params)
+                adapter.optimizer.load_state_dict(state)
+            adapter.steps = int(info.get("steps", 0))
+        self._adapters[name] = adapter
+
+    @staticmethod
+    def checkpoint_info(directory: Path) -> dict[str, object]:
+        """The settings a checkpoint was saved with (LoRA config, steps, base model name)."""
+        try:
+            return json.loads((directory / TRAINING_INFO).read_text())
+        except (OSError, ValueError) as error:
+            raise EngineUserError(f"{directory.name} is not a checkpoint of this server: {error}") from None
+
+    def save_adapter(self, name: str, directory: Path, with_optimizer: bool, base_model: str) -> None:
+        """Write adapter weights (peft layout), settings and optionally the AdamW state."""
+        adapter = self._adapters[name]
+        save_file(self.adapter_state(name), str(directory / ADAPTER_WEIGHTS))
+        self._peft.peft_config[name].save_pretrained(str(directory))
+        info = {
+            "lora": adapter.settings.__dict__,
+            "steps": adapter.steps,
+            "arch": self.arch,
+            "vocab_size": self.vocab_size,
+            "base_model": base_model,
+            "base_model_dir": str(self.model_dir),
+        }
+        (directory / TRAINING_INFO).write_text(json.dumps(info, indent=2) + "\n")
+        if with_optimizer:
+            state = adapter.optimizer.state_dict() if adapter.optimizer is not None else None
+            torch.save(state, directory / OPTIMIZER_STATE)
+
+    # ----- forward / backward -------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def use(self, adapter: str | None) -> Iterator[torch.nn.Module]:
+        """The model with ``adapter`` active, or the bare base model for ``None``."""
+        if adapter is None:
+            if self._peft is None:
+                yield self.base
+            else:
+                with self._peft.disable_adapter():
+                    yield self._peft
+            return
+        self._select(adapter)
+        yield self._peft
+
+    def token_logprobs(self, model: torch.nn.Module, batch: list[list[int]], targets: list[torch.Tensor]):
+        """Logprobs of each datum's targets ([N] or [N, K]) under ``model``, one padded batch."""
+        longest = max(len(tokens) for tokens in batch)
+        input_ids = torch.zeros((len(batch), longest), dtype=torch.long)
+        attention = torch.zeros((len(batch), longest), dtype=torch.long)
+        for row, tokens in enumerate(batch):
+            input_ids[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+            attention[row, : len(tokens)] = 1
+        logits = model(input_ids=input_ids, attention_mask=attention).logits.float()
+        logsoftmax = torch.log_softmax(logits, dim=-1)
+        out = []
+        for row, (tokens, target) in enumerate(zip(batch, targets, strict=True)):
+            rows = logsoftmax[row, : len(tokens)]
+            index = target.long().reshape(len(tokens), -1)
+            picked = rows.gather(1, index)
+            out.append(picked.reshape(target.shape))
+        return out
+
+    def forward_backward(
+        self, name: str, data: list[Datum], spec: LossSpec, forward_only: bool
+    ) -> ForwardResult:
+        """Run the loss on every datum and (unless ``forward_only``) accumulate its gradient.
+
+        Datums go through the model in micro-batches of about :data:`MICRO_BATCH_TOKENS` tokens,
+        each followed by its own backward pass: the loss is a sum, so the accumulated gradient
+        is exactly that of the whole request, while memory (the logits are tokens x vocabulary)
+        stays bounded whatever the request size.
+        """
+        adapter = self._adapters.get(name)
+        if adapter is None:
+            raise EngineUserError(f"training client {name} is gone")
+        for index, datum in enumerate(data):
+            check_inputs(spec, datum.inputs, len(datum.tokens), index)
+        logprobs: list[torch.Tensor] = []
+        losses: list[torch.Tensor] = []
+        grad = contextlib.nullcontext() if not forward_only else torch.no_grad()
+        with self.use(name) as model, grad:
+            for group in micro_batches(data, MICRO_BATCH_TOKENS):
+                group_logprobs = self.token_logprobs(
+                    model, [d.tokens for d in group], [d.inputs["target_tokens"] for d in group]
+                )
+                group_losses = [
+                    datum_loss(spec, lp, d.inputs) for lp, d in zip(group_logprobs, group, strict=True)
+                ]
+                if not forward_only:
+                    torch.stack([loss.sum() for loss in group_losses]).sum().backward()
+                logprobs += [lp.detach() for lp in group_logprobs]
+                losses += [loss.detach() for loss in group_losses]
+        return ForwardResult(
+            logprobs=logprobs,
+            elementwise_loss=losses,
+            loss_sum=float(sum(loss.sum() for loss in losses)),
+        )
+
+    # ----- optimizer ----------------------------------------------------------------------
+
+    @staticmethod
+    def _new_optimizer(params: list[torch.nn.Parameter]) -> torch.optim.AdamW:
+        return torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.95), eps=1e-12, weight_decay=0.0)
+
+    def optim_step(self, name: str, hp: AdamParams) -> dict[str, float]:
+        """One AdamW step (torch semantics, decoupled weight decay) on the adapter's gradients."""
+        adapter = self._adapters.get(name)
+        if adapter is None:
+            raise EngineUserError(f"training client {name} is gone")
+        if adapter.optimizer is None:
+            adapter.optimizer = self._new_optimizer(adapter.params)
+        grads = [p.grad for p in adapter.params if p.grad is not None]
+        grad_norm = (
+            float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+            if grads
+            else 0.0
+        )
+        if hp.grad_clip_norm > 0 and grads and math.isfinite(grad_norm) and grad_norm > hp.grad_clip_norm:
+            scale = hp.grad_clip_norm / (grad_norm + 1e-6)
+            for g in grads:
+                g.mul_(scale)
+        for group in adapter.optimizer.param_groups:
+            group["lr"] = hp.learning_rate
+            group["betas"] = (hp.beta1, hp.beta2)
+            group["eps"] = hp.eps
+            group["weight_decay"] = hp.weight_decay
+        adapter.optimizer.step()
+        adapter.optimizer.zero_grad(set_to_none=True)
+        adapter.steps += 1
+        return {
+            "grad_norm:mean": grad_norm,
+            "learning_rate:mean": hp.learning_rate,
+            "step:max": float(adapter.steps),
+        }
+
+    def describe(self) -> dict[str, object]:
+        return {"arch": self.arch, "vocab_size": self.vocab_size, "max_length": self.max_length}

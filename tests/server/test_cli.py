@@ -1,0 +1,88 @@
+"""The command line: banner, API key, clean shutdown, start-up errors."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+
+import httpx
+import pytest
+import tinker
+from tiny_kit import REPO, start_server, stop_server
+
+
+def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "server", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_banner_names_the_url_and_key(server):
+    banner = "".join(server.output)
+    port = server.url.rsplit(":", 1)[1]
+    assert f"ready on http://127.0.0.1:{port}\n" in banner
+    assert f"  export TINKER_BASE_URL=http://127.0.0.1:{port}\n" in banner
+    assert "  export TINKER_API_KEY=tml-local\n" in banner
+
+
+def test_api_key_refuses_other_keys_and_sigterm_exits_cleanly(tmp_path):
+    running = start_server(tmp_path / "state", "--api-key", "tml-secret", "--latency-ms", "20")
+    try:
+        health = f"{running.url}/api/v1/healthz"
+        assert httpx.get(health, headers={"X-API-Key": "tml-other"}).status_code == 401
+        assert httpx.get(health).status_code == 401
+        assert httpx.get(health, headers={"X-API-Key": "tml-secret"}).json() == {"status": "ok"}
+        with pytest.raises(tinker.AuthenticationError):
+            wrong = tinker.ServiceClient(base_url=running.url, api_key="tml-wrong")
+            wrong.create_sampling_client(base_model="any/model").result()
+        client = tinker.ServiceClient(base_url=running.url, api_key="tml-secret")
+        sampler = client.create_sampling_client(base_model="any/model").result()
+        assert len(sampler.compute_logprobs(tinker.types.ModelInput.from_ints([1, 5, 9])).result()) == 3
+    finally:
+        code = stop_server(running)
+    assert code == 0, "".join(running.output)
+    assert "Traceback" not in "".join(running.output)
+
+
+def test_ctrl_c_exits_cleanly(tmp_path):
+    running = start_server(tmp_path / "state")
+    running.process.send_signal(signal.SIGINT)
+    assert running.process.wait(timeout=20) == 0
+    assert "Traceback" not in "".join(running.output)
+
+
+def test_port_in_use_is_an_error_without_traceback(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = run_cli("--model", "tiny", "--port", str(port), "--state-dir", str(tmp_path))
+    assert result.returncode == 2
+    assert result.stderr.startswith("Error: ") and "in use" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_bad_model_path_is_an_error_without_traceback(tmp_path):
+    result = run_cli("--model", str(tmp_path / "missing"), "--port", "0", "--state-dir", str(tmp_path))
+    assert result.returncode == 2
+    assert result.stderr.startswith("Error: ") and "missing" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_help_has_an_example():
+    result = run_cli("--help")
+    assert result.returncode == 0
+    assert result.stdout.startswith("usage: rtc serve")
+    assert "example:" in result.stdout and "--model tiny" in result.stdout
+
+
+def test_a_local_model_directory_is_accepted(tiny_dir, tmp_path):
+    from server.models import ModelPreparationError, prepare
+
+    prepared = prepare(str(tiny_dir))
+    assert prepared.path == tiny_dir.resolve() and str(tiny_dir.resolve()) in prepared.description
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelPreparationError, match="config.json"):
+        prepare(str(tmp_path / "empty"))

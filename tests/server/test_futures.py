@@ -1,0 +1,105 @@
+"""Futures and per-client ordering, and the long poll of retrieve_future."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+
+from server import futures
+from server.futures import FutureStore, OrderedLane, Outcome
+
+
+def test_lane_runs_jobs_in_seq_id_order_whatever_the_arrival_order():
+    async def scenario() -> list[int]:
+        ran: list[int] = []
+        lane = OrderedLane()
+        done = asyncio.Event()
+
+        def job(seq_id: int):
+            async def run() -> None:
+                await asyncio.sleep(0)
+                ran.append(seq_id)
+                if len(ran) == 4:
+                    done.set()
+
+            return run
+
+        for seq_id in (3, 1, 4):
+            lane.submit(seq_id, job(seq_id))
+            await asyncio.sleep(0.01)
+        lane.submit(2, job(2))
+        await asyncio.wait_for(done.wait(), 5)
+        return ran
+
+    assert asyncio.run(scenario()) == [1, 2, 3, 4]
+
+
+def test_lane_skips_a_seq_id_that_never_arrives(monkeypatch):
+    monkeypatch.setattr(futures, "GAP_WAIT_S", 0.2)
+
+    async def scenario() -> list[int]:
+        ran: list[int] = []
+        lane = OrderedLane()
+        done = asyncio.Event()
+
+        async def run() -> None:
+            ran.append(2)
+            done.set()
+
+        lane.submit(2, run)  # seq_id 1 is lost
+        await asyncio.wait_for(done.wait(), 5)
+        return ran
+
+    assert asyncio.run(scenario()) == [2]
+
+
+def test_store_long_polls_until_the_outcome_is_ready():
+    async def scenario() -> tuple[Outcome | None, Outcome | None, float]:
+        store = FutureStore()
+        request_id = store.create()
+        not_yet = await store.wait(request_id, timeout=0.05)
+        asyncio.get_running_loop().call_later(0.2, store.resolve, request_id, Outcome(json={"ok": True}))
+        start = time.monotonic()
+        ready = await store.wait(request_id, timeout=5)
+        return not_yet, ready, time.monotonic() - start
+
+    not_yet, ready, waited = asyncio.run(scenario())
+    assert not_yet is None
+    assert ready is not None and ready.json == {"ok": True}
+    assert 0.1 < waited < 2  # answered as soon as it resolved, not at the end of the poll
+
+
+def test_retrieve_future_of_an_unknown_request_is_404(server):
+    response = httpx.post(
+        f"{server.url}/api/v1/retrieve_future",
+        json={"request_id": "req-nope"},
+        headers={"X-API-Key": "tml-local"},
+    )
+    assert response.status_code == 404
+
+
+def test_session_lifecycle_and_service_endpoints(server):
+    with httpx.Client(base_url=server.url, headers={"X-API-Key": "tml-local"}, timeout=10) as http:
+        config = http.post("/api/v1/client/config", json={}).json()
+        assert config["use_pyqwest_transport"] is False
+        session = http.post("/api/v1/create_session", json={"tags": [], "sdk_version": "0.38.0"}).json()
+        session_id = session["session_id"]
+        assert http.post("/api/v1/session_heartbeat", json={"session_id": session_id}).status_code == 200
+        assert http.post("/api/v1/telemetry", json={"events": []}).json() == {"status": "accepted"}
+        models = http.get("/api/v1/get_server_capabilities").json()["supported_models"]
+        assert models and models[0]["trainable"] and models[0]["sampleable"]
+        finished = http.post(f"/api/v1/sessions/{session_id}/finish", json={"reason": {"type": "completed"}})
+        assert finished.status_code == 200
+        # The SDK stops heartbeating on 410.
+        assert http.post("/api/v1/session_heartbeat", json={"session_id": session_id}).status_code == 410
+
+
+def test_micro_batches_bound_tokens_and_keep_order():
+    from server.engine import Datum, micro_batches
+
+    data = [Datum(tokens=[0] * n, inputs={}) for n in (3, 3, 5, 1, 9, 2)]
+    groups = list(micro_batches(data, 6))
+    assert [[len(d.tokens) for d in g] for g in groups] == [[3, 3], [5, 1], [9], [2]]
+    assert [d for g in groups for d in g] == data
