@@ -1,0 +1,49 @@
+"""End-to-end fixtures: one `rtc serve --model tiny` for the session, and a helper that runs a
+generated loop against it as a user would (a subprocess with TINKER_BASE_URL set)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# --import-mode=importlib keeps test folders off sys.path; the tests here share e2e_kit.py.
+sys.path.insert(0, str(Path(__file__).parent))
+
+from e2e_kit import GENERATED, loop_env  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    """The tiny model behind a real server process; its base URL."""
+    pytest.importorskip("torch")
+    pytest.importorskip("tinker")
+    from compiler.runner import start_server, stop_server
+
+    state = tmp_path_factory.mktemp("serve-state")
+    log = tmp_path_factory.mktemp("serve-log") / "serve.log"
+    process, url = start_server("tiny", state_dir=state, log_path=log)
+    yield url
+    stop_server(process)
+
+
+@pytest.fixture
+def run_loop(server, tmp_path):
+    """run_loop(card_name, *args) -> CompletedProcess; the loop's cwd is tmp_path."""
+
+    def run(
+        name: str, *args: object, timeout: float = 240, url: str | None = None
+    ) -> subprocess.CompletedProcess:
+        command = [sys.executable, str(GENERATED / f"{name}.py"), *map(str, args)]
+        return subprocess.run(
+            command,
+            cwd=tmp_path,
+            env=loop_env(url or server),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    return run
