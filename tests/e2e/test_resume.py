@@ -1,0 +1,100 @@
+"""--resume continues at the step after the checkpoint, with the same data order and Adam state, so
+the resumed steps reproduce the uninterrupted run and no step is logged twice."""
+
+from __future__ import annotations
+
+import pytest
+from e2e_kit import DATA, read_jsonl, train_records
+
+
+def test_sft_resume_reproduces_the_uninterrupted_run(run_loop, tmp_path):
+    args = [
+        "--data",
+        DATA / "sft-chat.jsonl",
+        "--steps",
+        "5",
+        "--batch-size",
+        "4",
+        "--lr",
+        "1e-2",
+        "--eval-every",
+        "0",
+        "--save-every",
+        "2",
+        "--max-tokens",
+        "4",
+    ]
+    full = run_loop("sft-chat-qwen3", *args)
+    assert full.returncode == 0, full.stderr
+    run_dir = tmp_path / "runs" / "sft-chat-qwen3"
+    uninterrupted = {r["step"]: r["loss"] for r in train_records(run_dir / "metrics.jsonl")}
+    checkpoints = read_jsonl(run_dir / "checkpoints.jsonl")
+    assert [c["step"] for c in checkpoints] == [1, 3, 4]
+
+    # As if the run had died after its checkpoint at step 1: resume from it.
+    resumed = run_loop("sft-chat-qwen3", *args, "--resume", checkpoints[0]["path"])
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resumed from {checkpoints[0]['path']}: continuing at step 2" in resumed.stdout
+    records = train_records(run_dir / "metrics.jsonl")
+    assert [r["step"] for r in records] == [0, 1, 2, 3, 4]  # none repeated, none lost
+    for record in records:
+        assert record["loss"] == pytest.approx(uninterrupted[record["step"]], rel=1e-4, abs=1e-5)
+
+
+def test_resume_latest_after_the_last_step_does_nothing_more(run_loop, tmp_path):
+    args = [
+        "--data",
+        DATA / "sft-chat.jsonl",
+        "--steps",
+        "2",
+        "--batch-size",
+        "2",
+        "--eval-every",
+        "0",
+        "--save-every",
+        "0",
+        "--max-tokens",
+        "4",
+    ]
+    assert run_loop("sft-chat-qwen3", *args).returncode == 0
+    again = run_loop("sft-chat-qwen3", *args, "--resume")
+    assert again.returncode == 0, again.stderr
+    assert "continuing at step 2" in again.stdout
+    steps = [r["step"] for r in train_records(tmp_path / "runs" / "sft-chat-qwen3" / "metrics.jsonl")]
+    assert steps == [0, 1]
+
+
+def test_dpo_resume_keeps_the_original_reference(run_loop, tmp_path):
+    args = [
+        "--data",
+        DATA / "dpo-chat.jsonl",
+        "--steps",
+        "4",
+        "--batch-size",
+        "2",
+        "--lr",
+        "1e-2",
+        "--eval-every",
+        "0",
+        "--save-every",
+        "2",
+        "--max-tokens",
+        "4",
+    ]
+    first = run_loop("dpo-chat-llama3", *args)
+    assert first.returncode == 0, first.stderr
+    run_dir = tmp_path / "runs" / "dpo-chat-llama3"
+    uninterrupted = {r["step"]: r for r in train_records(run_dir / "metrics.jsonl")}
+    checkpoints = read_jsonl(run_dir / "checkpoints.jsonl")
+    reference = checkpoints[0]["reference"]
+    assert all(c["reference"] == reference for c in checkpoints)
+
+    resumed = run_loop("dpo-chat-llama3", *args, "--resume", checkpoints[0]["path"])
+    assert resumed.returncode == 0, resumed.stderr
+    assert "reference policy:" not in resumed.stdout  # no new reference was saved
+    later = read_jsonl(run_dir / "checkpoints.jsonl")[len(checkpoints) :]
+    assert later and all(c["reference"] == reference for c in later)
+    # Against the same reference, the resumed steps reproduce the uninterrupted ones.
+    for record in train_records(run_dir / "metrics.jsonl"):
+        assert record["loss"] == pytest.approx(uninterrupted[record["step"]]["loss"], rel=1e-4, abs=1e-5)
+        assert record["margin"] == pytest.approx(uninterrupted[record["step"]]["margin"], rel=1e-3, abs=1e-5)

@@ -1,0 +1,79 @@
+"""`rtc run` starts a server for a loop and stops it; `rtc plot` draws the loop's curves."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from e2e_kit import DATA, GENERATED
+
+
+def rtc(*args: object, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", "from compiler.cli import main; main()", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def server_processes() -> set[str]:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return {line.split()[0] for line in out.splitlines() if "-m server --port 0 --model tiny" in line}
+
+
+def test_rtc_run_trains_then_stops_its_server_and_plot_draws_the_curves(server, tmp_path):
+    before = server_processes()
+    result = rtc(
+        "run",
+        "--model",
+        "tiny",
+        GENERATED / "sft-chat-qwen3.py",
+        "--data",
+        DATA / "sft-chat.jsonl",
+        "--eval-data",
+        DATA / "sft-chat.eval.jsonl",
+        "--steps",
+        "3",
+        "--eval-every",
+        "2",
+        "--batch-size",
+        "2",
+        "--max-tokens",
+        "4",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "rtc run:" in result.stderr and "step    2 | loss" in result.stdout
+    assert server_processes() == before  # the server it started is gone
+    assert (tmp_path / "runs" / "rtc-serve.log").read_text().strip()
+
+    metrics = tmp_path / "runs" / "sft-chat-qwen3" / "metrics.jsonl"
+    plotted = rtc("plot", metrics, "-o", tmp_path / "curves.png", cwd=tmp_path)
+    assert plotted.returncode == 0, plotted.stderr
+    assert plotted.stdout.strip() == f"wrote {tmp_path / 'curves.png'} (loss)"
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_rtc_run_returns_the_loops_exit_status(tmp_path):
+    bad = tmp_path / "empty.jsonl"
+    bad.write_text("\n")
+    result = rtc("run", "--model", "tiny", GENERATED / "sft-chat-qwen3.py", "--data", bad, cwd=tmp_path)
+    assert result.returncode == 2
+    assert f"error: {bad}: no rows" in result.stderr
+
+
+def test_plot_panels_follow_the_metrics_present(tmp_path):
+    pytest.importorskip("matplotlib")
+    from compiler.plot import plot_metrics
+
+    metrics = tmp_path / "m.jsonl"
+    metrics.write_text(
+        '{"step": 0, "split": "train", "loss": 1.0, "reward": 0.1, "accuracy": 0.0, "n_datums": 4}\n'
+        '{"step": 0, "split": "eval", "reward": 0.2, "accuracy": 0.1, "n_datums": 8}\n'
+        '{"step": 1, "split": "train", "loss": null, "reward": 0.5, "accuracy": 0.5, "n_datums": 0}\n'
+    )
+    assert plot_metrics(metrics, tmp_path / "c.png") == ["loss", "reward", "accuracy"]
+    assert (tmp_path / "c.png").stat().st_size > 1000
