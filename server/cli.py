@@ -17,7 +17,7 @@ from pathlib import Path
 
 EXAMPLE = """\
 example:
-  rtc serve --model tiny --port 0
+  rtc serve --model tiny
   # then, in another terminal, with the two lines it prints:
   export TINKER_BASE_URL=http://127.0.0.1:8000
   export TINKER_API_KEY=tml-local
@@ -136,8 +136,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import uvicorn
 
-    from server.app import ServerOptions, TinkerService, create_app
+    from server.app import create_app
     from server.engine import Engine
+    from server.service import ServerOptions, TinkerService
 
     try:
         engine = Engine(prepared.path, threads=args.threads)

@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import os
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,7 +164,9 @@ class Engine:
         from peft import get_peft_model
 
         seed = seed if seed is not None else int.from_bytes(os.urandom(4), "little")
-        with torch.random.fork_rng():
+        with torch.random.fork_rng(), warnings.catch_warnings():
+            # peft 0.21 calls an attribute transformers 5 renamed; the warning says nothing to users.
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
             torch.manual_seed(seed)
             if self._peft is None:
                 self._peft = get_peft_model(self.base, lora_config, adapter_name=name)
@@ -384,5 +387,14 @@ class Engine:
             "step:max": float(adapter.steps),
         }
 
-    def describe(self) -> dict[str, object]:
-        return {"arch": self.arch, "vocab_size": self.vocab_size, "max_length": self.max_length}
+    def eos_token_ids(self) -> set[int]:
+        """End-of-sequence ids: the generation config's and the tokenizer's."""
+        ids: set[int] = set()
+        eos = getattr(getattr(self.base, "generation_config", None), "eos_token_id", None)
+        if isinstance(eos, int):
+            ids.add(eos)
+        elif isinstance(eos, list):
+            ids.update(int(i) for i in eos)
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(int(self.tokenizer.eos_token_id))
+        return ids

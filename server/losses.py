@@ -13,7 +13,12 @@ follows ``model_input[i]``.
 - ``dro``: ``-sum(A * logprobs - beta / 2 * (logprobs - sampler logprobs) ** 2)``.
 
 ``clip_low_threshold`` and ``clip_high_threshold`` are ratio bounds (0.8 and 1.2 by default),
-taken from ``loss_fn_config`` or, per token, from ``loss_fn_inputs``.
+taken from ``loss_fn_config`` or, per token, from ``loss_fn_inputs``. ``dro``'s ``beta``
+defaults to 0.05.
+
+The RL losses read ``advantages``, not ``weights``: a ``weights`` input is accepted (loops
+built for cross-entropy often carry one along) but has no effect, so scaling it changes
+nothing. Unknown inputs and config keys are refused, so a misspelt key cannot pass silently.
 """
 
 from __future__ import annotations
@@ -28,7 +33,11 @@ LOSSES = ("cross_entropy", *RL_LOSSES)
 # loss -> (required inputs, optional inputs, config keys with defaults)
 _SPEC: dict[str, tuple[frozenset[str], frozenset[str], dict[str, float]]] = {
     "cross_entropy": (frozenset({"target_tokens"}), frozenset({"weights"}), {}),
-    "importance_sampling": (frozenset({"target_tokens", "logprobs", "advantages"}), frozenset(), {}),
+    "importance_sampling": (
+        frozenset({"target_tokens", "logprobs", "advantages"}),
+        frozenset({"weights"}),
+        {},
+    ),
     "ppo": (
         frozenset({"target_tokens", "logprobs", "advantages"}),
         frozenset({"clip_low_threshold", "clip_high_threshold", "weights"}),

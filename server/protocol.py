@@ -19,10 +19,13 @@ import torch
 from tinker.proto import tinker_public_pb2 as pb
 
 from server.engine import AdamParams, Datum, ForwardResult
-from server.sampling import SamplingResult
+from server.sampling import SamplingRequest, SamplingResult
 
 _DTYPES = {pb.DTYPE_FLOAT32: np.float32, pb.DTYPE_INT64: np.int64, pb.DTYPE_INT32: np.int32}
 _JSON_DTYPES = {"float32": np.float32, "int64": np.int64}
+
+
+MAX_SAMPLES = 128
 
 
 class ProtocolError(ValueError):
@@ -228,3 +231,68 @@ def adam_params(body: dict[str, Any]) -> AdamParams:
     if not (0 <= result.beta1 < 1 and 0 <= result.beta2 < 1):
         raise ProtocolError("optim_step.adam_params: beta1 and beta2 must be in [0, 1)")
     return result
+
+
+def sampling_request(body: dict[str, Any], prompt: list[int], eos_ids: set[int]) -> SamplingRequest:
+    """The ``asample`` JSON body as a :class:`SamplingRequest`.
+
+    ``stop``: ``None`` stops at end-of-sequence (``eos_ids``); strings stop there too; token ids
+    replace the end-of-sequence ids; ``[]`` disables every stop, as the SDK documents.
+    """
+    where = "asample.sampling_params"
+    params = optional(body, "sampling_params", dict, "asample", {})
+    num_samples = optional(body, "num_samples", int, "asample", 1)
+    if not 1 <= num_samples <= MAX_SAMPLES:
+        raise ProtocolError(f"asample.num_samples must be between 1 and {MAX_SAMPLES}")
+    max_tokens = optional(params, "max_tokens", int, where)
+    if max_tokens is not None and max_tokens < 0:
+        raise ProtocolError(f"{where}.max_tokens must be >= 0")
+    temperature = optional(params, "temperature", float, where, 1.0)
+    top_p = optional(params, "top_p", float, where, 1.0)
+    if temperature < 0 or not 0 < top_p <= 1:
+        raise ProtocolError(f"{where}: temperature must be >= 0 and top_p in (0, 1]")
+    stop = params.get("stop")
+    stop_strings: list[str] = []
+    stop_ids: list[int] = sorted(eos_ids)
+    if isinstance(stop, str):
+        stop_strings = [stop]
+    elif isinstance(stop, list):
+        if all(isinstance(s, str) for s in stop):
+            stop_strings = stop
+        elif all(isinstance(s, int) and not isinstance(s, bool) for s in stop):
+            stop_ids = stop
+        else:
+            raise ProtocolError(f"{where}.stop must be a string, a list of strings or a list of token ids")
+        if not stop:
+            stop_ids = []
+    elif stop is not None:
+        raise ProtocolError(f"{where}.stop must be a string, a list of strings or a list of token ids")
+    topk_prompt = optional(body, "topk_prompt_logprobs", int, "asample", 0)
+    if topk_prompt < 0:
+        raise ProtocolError("asample.topk_prompt_logprobs must be >= 0")
+    for name in ("topk_sample_logprobs", "prompt_alt_tokens_k"):
+        if optional(body, name, int, "asample", 0):
+            raise ProtocolError(f"asample.{name} is not supported by this server")
+    if body.get("target_prompt_logprobs") is not None:
+        raise ProtocolError("asample.target_prompt_logprobs is not supported by this server")
+    want_prompt_logprobs = bool(optional(body, "prompt_logprobs", bool, "asample", False))
+    last_n = optional(body, "prompt_logprobs_last_n", int, "asample")
+    if last_n is not None and not (want_prompt_logprobs and 1 <= last_n <= len(prompt) - 1):
+        raise ProtocolError(
+            f"asample.prompt_logprobs_last_n must be between 1 and {len(prompt) - 1} (the prompt length - 1) "
+            "and needs prompt_logprobs"
+        )
+    return SamplingRequest(
+        prompt=prompt,
+        num_samples=num_samples,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_k=optional(params, "top_k", int, where, -1),
+        top_p=top_p,
+        seed=optional(params, "seed", int, where),
+        stop_strings=stop_strings,
+        stop_token_ids=stop_ids,
+        prompt_logprobs=want_prompt_logprobs,
+        topk_prompt_logprobs=topk_prompt,
+        prompt_logprobs_last_n=last_n,
+    )

@@ -36,6 +36,7 @@ class SamplingRequest:
     stop_token_ids: list[int]
     prompt_logprobs: bool
     topk_prompt_logprobs: int
+    prompt_logprobs_last_n: int | None = None  # score only the last N prompt tokens
 
 
 @dataclass
@@ -101,14 +102,19 @@ def generate(model: torch.nn.Module, tokenizer, request: SamplingRequest, max_le
     result = SamplingResult(sequences=[])
     if request.prompt_logprobs or request.topk_prompt_logprobs > 0:
         logsoftmax = torch.log_softmax(logits_all[:-1], dim=-1)
+        # Positions before `skip` are left unscored: NaN, or the top-k "nothing here" row.
+        skip = len(request.prompt) - (request.prompt_logprobs_last_n or len(request.prompt) - 1)
         if request.prompt_logprobs:
             picked = logsoftmax.gather(1, prompt[0, 1:, None])[:, 0]
+            picked[: skip - 1] = float("nan")
             result.prompt_logprobs = [float("nan"), *picked.tolist()]
         if request.topk_prompt_logprobs > 0:
             k = min(request.topk_prompt_logprobs, logsoftmax.shape[-1])
             values, ids = torch.topk(logsoftmax, k, dim=-1)
             ids = torch.cat([torch.zeros((1, k), dtype=ids.dtype), ids])
             values = torch.cat([torch.full((1, k), TOPK_MASK_LOGPROB), values])
+            ids[:skip] = 0
+            values[:skip] = TOPK_MASK_LOGPROB
             result.topk_prompt = (ids, values)
 
     n = request.num_samples

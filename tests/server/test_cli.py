@@ -6,6 +6,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
@@ -33,7 +34,9 @@ def test_api_key_refuses_other_keys_and_sigterm_exits_cleanly(tmp_path):
         health = f"{running.url}/api/v1/healthz"
         assert httpx.get(health, headers={"X-API-Key": "tml-other"}).status_code == 401
         assert httpx.get(health).status_code == 401
+        start = time.perf_counter()
         assert httpx.get(health, headers={"X-API-Key": "tml-secret"}).json() == {"status": "ok"}
+        assert time.perf_counter() - start >= 0.02  # --latency-ms 20
         with pytest.raises(tinker.AuthenticationError):
             wrong = tinker.ServiceClient(base_url=running.url, api_key="tml-wrong")
             wrong.create_sampling_client(base_model="any/model").result()

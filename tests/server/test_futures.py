@@ -103,3 +103,89 @@ def test_micro_batches_bound_tokens_and_keep_order():
     groups = list(micro_batches(data, 6))
     assert [[len(d.tokens) for d in g] for g in groups] == [[3, 3], [5, 1], [9], [2]]
     assert [d for g in groups for d in g] == data
+
+
+def test_requests_of_one_client_run_in_seq_id_order_whatever_the_arrival(server, sentence):
+    """forward (seq 3), optim_step (seq 2), forward_backward (seq 1), sent in that order."""
+    from tinker import types
+    from tinker.proto.request_conv import forward_backward_request_to_proto
+    from tinker.proto.response_conv import deserialize_forward_backward_output
+    from tiny_kit import next_token_datum
+
+    with httpx.Client(base_url=server.url, headers={"X-API-Key": "tml-local"}, timeout=60) as http:
+
+        def result(request_id: str):
+            response = http.post("/api/v1/retrieve_future", json={"request_id": request_id})
+            if "protobuf" in response.headers["content-type"]:
+                return deserialize_forward_backward_output(response.content)
+            return response.json()
+
+        session = http.post("/api/v1/create_session", json={}).json()["session_id"]
+        created = http.post(
+            "/api/v1/create_model",
+            json={
+                "session_id": session,
+                "model_seq_id": 0,
+                "base_model": "x",
+                "lora_config": {"rank": 2, "seed": 0},
+            },
+        ).json()
+        model_id = result(created["request_id"])["model_id"]
+
+        def loss_request(seq_id: int, forward_only: bool) -> str:
+            request = types.ForwardBackwardRequest(
+                forward_backward_input=types.ForwardBackwardInput(
+                    data=[next_token_datum(sentence)], loss_fn="cross_entropy"
+                ),
+                model_id=model_id,
+                seq_id=seq_id,
+            )
+            message = forward_backward_request_to_proto(request)
+            message.forward_only = forward_only
+            body = message.SerializeToString()
+            headers = {"Content-Type": "application/x-protobuf"}
+            return http.post("/api/v1/forward_backward", content=body, headers=headers).json()["request_id"]
+
+        third = loss_request(3, forward_only=True)
+        second = http.post(
+            "/api/v1/optim_step",
+            json={"model_id": model_id, "seq_id": 2, "adam_params": {"learning_rate": 0.05}},
+        ).json()["request_id"]
+        first = loss_request(1, forward_only=False)
+
+        before = result(first).metrics["loss:sum"]
+        assert result(second)["metrics"]["grad_norm:mean"] > 0  # the gradient of seq 1 was there
+        after = result(third).metrics["loss:sum"]
+        assert after < before - 0.1  # the forward of seq 3 saw the updated weights
+
+
+def test_sessions_without_heartbeats_are_freed(tiny_dir, tmp_path, monkeypatch):
+    from server import service as service_module
+    from server.engine import Engine, LoraSettings
+    from server.service import ServerOptions, Session, TinkerService, TrainingRun
+
+    monkeypatch.setattr(service_module, "SESSION_CHECK_S", 0.01)
+    engine = Engine(tiny_dir, threads=1)
+    service = TinkerService(engine, ServerOptions(tiny_dir, "tiny", tmp_path))
+
+    async def scenario() -> None:
+        alive, silent = Session("alive"), Session("silent")
+        silent.last_heartbeat -= service_module.SESSION_TIMEOUT_S + 1
+        for session, adapter in ((alive, "train_a"), (silent, "train_s")):
+            service.sessions[session.session_id] = session
+            await service.on_engine(
+                engine.create_training_adapter, adapter, LoraSettings(2, 0, True, True, True)
+            )
+            service.register(
+                TrainingRun(f"{session.session_id}:train:0", session.session_id, "x", adapter, 2)
+            )
+        reaper = asyncio.create_task(service.reap_silent_sessions())
+        await asyncio.sleep(0.3)
+        reaper.cancel()
+        assert silent.finished and not alive.finished
+        assert list(service.runs) == ["alive:train:0"]
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        service.close()

@@ -137,7 +137,7 @@ def test_samplers_from_training_weights_and_saved_paths(service, prompt, sentenc
 
 def test_old_snapshot_samplers_are_evicted_beyond_the_cap(service, server, sentence):
     """A loop that snapshots its weights every step does not grow memory without bound."""
-    from server.app import MAX_SAMPLER_ADAPTERS
+    from server.service import MAX_SAMPLER_ADAPTERS
 
     client = service.create_lora_training_client(base_model=BASE, rank=2, seed=0).result()
     samplers = [
@@ -148,3 +148,11 @@ def test_old_snapshot_samplers_are_evicted_beyond_the_cap(service, server, sente
     assert first.status_code == 410 and "evicted" in first.json()["detail"]
     latest = samplers[-1].compute_logprobs(types.ModelInput.from_ints(sentence)).result()
     assert len(latest) == len(sentence)
+
+
+def test_prompt_logprobs_last_n_scores_only_the_suffix(base_sampler, sentence):
+    full = types.ModelInput.from_ints(sentence)
+    everything = base_sampler.compute_logprobs(full).result()
+    suffix = base_sampler.compute_logprobs(full, prompt_logprobs_last_n=3).result()
+    assert suffix[:-3] == [None] * (len(sentence) - 3)
+    assert suffix[-3:] == pytest.approx(everything[-3:], abs=1e-5)
