@@ -68,7 +68,7 @@ try:
 except ImportError:  # --help and --dry-run work without the SDK; training needs it.
     tinker = types = None
 
-# ---- Run settings. Each has a command-line flag of the same name (--lora-rank is --rank). ----
+# ---- Run settings: the flag named in each comment overrides the value for one run. ----
 BASE_MODEL = "meta-llama/Llama-3.1-8B-Instruct"  # --model: any base model Tinker serves
 LORA_RANK = 32  # --rank: LoRA rank of the adapter
 LEARNING_RATE = 1e-05  # --lr: Adam learning rate (from the card)
@@ -549,7 +549,7 @@ async def train(args, rows: list[dict], eval_rows: list[dict], stop: StopFlag) -
             "margin": metrics["dpo/margin:mean"],
             "chosen_reward": metrics["dpo/chosen_reward:mean"],
             "rejected_reward": metrics["dpo/rejected_reward:mean"],
-            "truncated": fmt.truncated,
+            "truncated": fmt.truncated,  # prompts cut to MAX_LENGTH so far in this run
             "lr": args.lr,
             "time_s": round(time.monotonic() - started, 3),
         }

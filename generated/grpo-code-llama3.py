@@ -80,7 +80,7 @@ try:
 except ImportError:  # --help and --dry-run work without the SDK; training needs it.
     tinker = types = None
 
-# ---- Run settings. Each has a command-line flag of the same name (--lora-rank is --rank). ----
+# ---- Run settings: the flag named in each comment overrides the value for one run. ----
 BASE_MODEL = "meta-llama/Llama-3.1-8B-Instruct"  # --model: any base model Tinker serves
 LORA_RANK = 32  # --rank: LoRA rank of the adapter
 LEARNING_RATE = 5.71e-05  # --lr: Adam learning rate (llama LoRA rule 5e-4*(2000/4096)**0.781 x 0.2 for grpo)
@@ -101,6 +101,7 @@ END_OF_TURN = ["<|eot_id|>"]  # from the catalog; checked against the tokenizer 
 ADAM_BETAS = (0.9, 0.95)
 ADAM_EPS = 1e-8  # the usual value for LoRA; the SDK's default (1e-12) is for full fine-tuning
 TINKER_URL = "https://tinker.thinkingmachines.dev/services/tinker-prod"  # unless TINKER_BASE_URL is set
+
 LOSS = "ppo"  # built-in loss: importance_sampling, ppo, cispo or dro
 LOSS_CONFIG = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}  # loss_fn_config of the loss
 ADVANTAGE_STD = False  # divide advantages by the group's reward std
@@ -887,7 +888,7 @@ async def train(args, rows: list[dict], eval_rows: list[dict], stop: StopFlag) -
                 "accuracy": mean([float(v.get("correct", 0.0)) for group in verdicts for v in group]),
                 "skipped_frac": skipped / len(groups),
                 "sampled_tokens": sum(len(seq.tokens) for _, seqs in groups for seq in seqs),
-                "truncated": fmt.truncated,
+                "truncated": fmt.truncated,  # prompts cut to MAX_LENGTH so far in this run
                 "lr": args.lr,
                 "time_s": round(time.monotonic() - started, 3),
             }

@@ -73,7 +73,7 @@ try:
 except ImportError:  # --help and --dry-run work without the SDK; training needs it.
     tinker = types = None
 
-# ---- Run settings. Each has a command-line flag of the same name (--lora-rank is --rank). ----
+# ---- Run settings: the flag named in each comment overrides the value for one run. ----
 BASE_MODEL = "openai/gpt-oss-20b"  # --model: any base model Tinker serves
 LORA_RANK = 16  # --rank: LoRA rank of the adapter
 LEARNING_RATE = 4e-05  # --lr: Adam learning rate (method grpo default (no published rule for gpt-oss))
@@ -94,6 +94,7 @@ END_OF_TURN = ["<|return|>", "<|call|>"]  # from the catalog; checked against th
 ADAM_BETAS = (0.9, 0.95)
 ADAM_EPS = 1e-8  # the usual value for LoRA; the SDK's default (1e-12) is for full fine-tuning
 TINKER_URL = "https://tinker.thinkingmachines.dev/services/tinker-prod"  # unless TINKER_BASE_URL is set
+
 LOSS = "dro"  # built-in loss: importance_sampling, ppo, cispo or dro
 LOSS_CONFIG = {"beta": 0.05}  # loss_fn_config of the loss
 ADVANTAGE_STD = True  # divide advantages by the group's reward std
@@ -730,7 +731,7 @@ async def train(args, rows: list[dict], eval_rows: list[dict], stop: StopFlag) -
                 "accuracy": mean([float(v.get("correct", 0.0)) for group in verdicts for v in group]),
                 "skipped_frac": skipped / len(groups),
                 "sampled_tokens": sum(len(seq.tokens) for _, seqs in groups for seq in seqs),
-                "truncated": fmt.truncated,
+                "truncated": fmt.truncated,  # prompts cut to MAX_LENGTH so far in this run
                 "lr": args.lr,
                 "time_s": round(time.monotonic() - started, 3),
             }

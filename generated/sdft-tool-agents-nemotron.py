@@ -72,7 +72,7 @@ try:
 except ImportError:  # --help and --dry-run work without the SDK; training needs it.
     tinker = types = None
 
-# ---- Run settings. Each has a command-line flag of the same name (--lora-rank is --rank). ----
+# ---- Run settings: the flag named in each comment overrides the value for one run. ----
 BASE_MODEL = "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"  # --model: any base model Tinker serves
 LORA_RANK = 32  # --rank: LoRA rank of the adapter
 LEARNING_RATE = 0.0005  # --lr: Adam learning rate (from the card)
@@ -96,6 +96,7 @@ END_OF_TURN = ["<|im_end|>"]  # from the catalog; checked against the tokenizer 
 ADAM_BETAS = (0.9, 0.95)
 ADAM_EPS = 1e-8  # the usual value for LoRA; the SDK's default (1e-12) is for full fine-tuning
 TINKER_URL = "https://tinker.thinkingmachines.dev/services/tinker-prod"  # unless TINKER_BASE_URL is set
+
 # The teacher is the model itself, shown the task and the demonstration; the student (the same
 # weights) is then trained on the rewrite with the task alone, so the targets stay on-policy.
 TEACHER_PROMPT = (
@@ -545,7 +546,7 @@ async def train(args, rows: list[dict], eval_rows: list[dict], stop: StopFlag) -
             "n_datums": len(datums),
             "fallback_frac": n_fallback / len(datums),
             "fallbacks": dict(fallbacks),
-            "truncated": fmt.truncated,
+            "truncated": fmt.truncated,  # prompts cut to MAX_LENGTH so far in this run
             "lr": args.lr,
             "time_s": round(time.monotonic() - started, 3),
         }

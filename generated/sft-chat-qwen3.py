@@ -66,7 +66,7 @@ try:
 except ImportError:  # --help and --dry-run work without the SDK; training needs it.
     tinker = types = None
 
-# ---- Run settings. Each has a command-line flag of the same name (--lora-rank is --rank). ----
+# ---- Run settings: the flag named in each comment overrides the value for one run. ----
 BASE_MODEL = "Qwen/Qwen3-4B-Instruct-2507"  # --model: any base model Tinker serves
 LORA_RANK = 32  # --rank: LoRA rank of the adapter
 LEARNING_RATE = 0.000491  # --lr: Adam learning rate (qwen LoRA rule 5e-4*(2000/2560)**0.0775)
@@ -460,7 +460,7 @@ async def train(args, rows: list[dict], eval_rows: list[dict], stop: StopFlag) -
             "loss": loss_per_token(output, datums),
             "n_datums": len(datums),
             "n_tokens": int(sum(sum(datum.loss_fn_inputs["weights"].data) for datum in datums)),
-            "truncated": fmt.truncated,
+            "truncated": fmt.truncated,  # prompts cut to MAX_LENGTH so far in this run
             "lr": args.lr,
             "time_s": round(time.monotonic() - started, 3),
         }
