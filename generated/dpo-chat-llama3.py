@@ -305,6 +305,8 @@ async def save_checkpoint(training, log: RunLog, out: str, step: int, **extra) -
 def check_reachable() -> None:
     """Fail fast when the service cannot be reached: the SDK itself retries for minutes."""
     url = urllib.parse.urlsplit(os.environ.get("TINKER_BASE_URL") or TINKER_URL)
+    if urllib.request.getproxies() and not urllib.request.proxy_bypass(url.hostname or ""):
+        return  # behind a proxy a direct connection proves nothing; the SDK goes through the proxy
     port = url.port or (443 if url.scheme == "https" else 80)
     try:
         socket.create_connection((url.hostname, port), timeout=10).close()
