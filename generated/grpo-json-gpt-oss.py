@@ -685,9 +685,9 @@ def dry_run(args, rows: list[dict]) -> None:
     print("dry run: data and plan are fine; nothing was sent")
 
 
-async def train(args, rows: list[dict], eval_rows: list[dict], stop: StopFlag) -> None:
-    log = RunLog(args.log)
-    run = await connect(args, log)
+async def train(
+    run: Session, log: RunLog, args, rows: list[dict], eval_rows: list[dict], stop: StopFlag
+) -> None:
     training, fmt = run.training, run.fmt
     adam = adam_params(args)
     with ThreadPoolExecutor(VERIFY_WORKERS) as pool:
@@ -753,6 +753,15 @@ async def train(args, rows: list[dict], eval_rows: list[dict], stop: StopFlag) -
     await show_sample(training, fmt, (eval_rows or rows)[0], args)
 
 
+async def run_session(args, rows: list[dict], eval_rows: list[dict], stop: StopFlag) -> None:
+    """Connect, train, and finish the Tinker session with how the run ended."""
+    log = RunLog(args.log)
+    run = await connect(args, log)
+    await train(run, log, args, rows, eval_rows, stop)
+    # After an exception the session is left to time out: finishing it could hang on a dead connection.
+    await run.service.close("interrupted" if stop.set else "success")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -771,7 +780,7 @@ def main(argv: list[str] | None = None) -> int:
     stop = StopFlag()
     signal.signal(signal.SIGINT, stop)
     try:
-        asyncio.run(train(args, rows, eval_rows, stop))
+        asyncio.run(run_session(args, rows, eval_rows, stop))
     except tinker.TinkerError as exc:
         print(f"error: Tinker: {exc}", file=sys.stderr)
         return 1
