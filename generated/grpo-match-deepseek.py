@@ -300,7 +300,9 @@ class RunLog:
         if not self.metrics.exists():
             return
         kept = [line for line in self.metrics.read_text().splitlines() if json.loads(line)["step"] <= step]
-        self.metrics.write_text("".join(line + "\n" for line in kept))
+        partial = self.metrics.with_name(self.metrics.name + ".tmp")
+        partial.write_text("".join(line + "\n" for line in kept))
+        partial.replace(self.metrics)  # atomic: a crash here cannot lose the log
 
 
 async def save_checkpoint(training, log: RunLog, out: str, step: int, **extra) -> str:
