@@ -8,6 +8,7 @@ import re
 from .catalog import default_lr, load_catalog
 from .errors import UsageError
 from .resolve import COMMON_DEFAULTS, METHOD_DEFAULTS
+from .schema import SCHEMA_FILE
 from .validate import did_you_mean
 
 
@@ -43,7 +44,7 @@ def starter_card(*, signal: str, method: str, task: str, model: str, name: str |
     loss = catalog.losses[spec.default_loss]
     title = f"{spec.summary.split(';')[0].rstrip('.')} on {model.split('/')[-1]}"
     lines = [
-        "# yaml-language-server: $schema=../compiler/schema/card.schema.json",
+        f"# yaml-language-server: $schema={SCHEMA_FILE.resolve().as_uri()}",
         f"# A recipe card for rtc. Compile it with: rtc compile {name}.yaml -o {name}.py",
         f"name: {name}  # names the compiled file and the run",
         f"title: {_yaml_str(title)}",
