@@ -377,9 +377,27 @@ def prompt_preview(prompt: str | list[dict]) -> str:
     return " ".join(text.split())[:200]
 
 
-def show_messages(title: str, messages: list[dict]) -> None:
-    """Print chat messages as they go into the model's chat template (applied when training)."""
+def local_tokenizer(model: str):
+    """The model's tokenizer if it is already on this machine (a directory or the Hugging Face
+    cache), else None: a dry run never touches the network."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        return None
+    try:
+        return AutoTokenizer.from_pretrained(model, local_files_only=True)
+    except (OSError, ValueError):
+        return None
+
+
+def show_prompt(title: str, messages: list[dict], tokenizer) -> None:
+    """Print a prompt rendered with the model's chat template, or as its chat messages when the
+    tokenizer is not on this machine (the template is then applied when training)."""
     print(title)
+    if tokenizer is not None:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        print("    " + text.replace("\n", "\n    "))
+        return
     for message in messages:
         content = message["content"].replace("\n", "\n" + " " * (len(message["role"]) + 7))
         print(f"    [{message['role']}] {content}")
@@ -433,9 +451,9 @@ async def evaluate(training, fmt: ChatFormat, eval_rows: list[dict], log: RunLog
     print(f"step {step:4d} | eval loss {loss:.4f} | {len(datums)} demonstrations")
 
 
-def dry_run(args, rows: list[dict]) -> None:
+def dry_run(args, rows: list[dict], tokenizer) -> None:
     row = rows_for_step(rows, 0, 1, args.seed)[0]
-    show_messages("first prompt:", as_messages(row["prompt"]))
+    show_prompt("first prompt:", as_messages(row["prompt"]), tokenizer)
     print(f"  its completion (trained on, then the end-of-turn token): {prompt_preview(row['completion'])}")
     print("dry run: data and plan are fine; nothing was sent")
 
@@ -502,7 +520,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print_plan(args, rows, eval_rows)
     if args.dry_run:
-        dry_run(args, rows)
+        tokenizer = local_tokenizer(args.model)
+        if tokenizer is None:
+            print(f"   (the tokenizer of {args.model} is not on this machine: prompts are shown as messages)")
+        dry_run(args, rows, tokenizer)
         return 0
     if tinker is None:
         print("error: the Tinker SDK is not installed: pip install tinker==0.38.0", file=sys.stderr)
