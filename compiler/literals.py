@@ -3,16 +3,14 @@
 SECURITY: every user-controlled string (titles, prompts, paths, model names) reaches a generated
 loop through one of these functions. Changing them has security implications: a recipe must never
 be able to inject code. Templates never hand-quote a value (`"{{ x }}"` is a bug); they use the
-`py_literal`, `py_docstring` and `py_identifier` filters, which call these functions.
+`py_literal`, `py_str_block`, `py_docstring` and `py_comment` filters, which call these functions.
 """
 
 from __future__ import annotations
 
-import keyword
 import math
 import re
-
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+import textwrap
 
 
 def py_literal(value: object) -> str:
@@ -106,8 +104,6 @@ def py_str_block(text: str | None, indent: int = 0, width: int = 100) -> str:
 
 def wrap_text(text: str, width: int = 100, indent: int = 0, subsequent: int | None = None) -> str:
     """Wrap prose for a docstring; `indent` spaces before the first line, `subsequent` after."""
-    import textwrap
-
     first = " " * indent
     rest = " " * (indent if subsequent is None else subsequent)
     out = []
@@ -129,13 +125,3 @@ def wrap_text(text: str, width: int = 100, indent: int = 0, subsequent: int | No
 def py_comment(text: str) -> str:
     """Return `text` as one line that is safe after a `#` (newlines folded to spaces)."""
     return " ".join(py_docstring(text).split())
-
-
-def py_identifier(name: str) -> str:
-    """Return `name` if it is a valid, non-keyword Python identifier; raise otherwise.
-
-    Used for names the compiler derives (never free user text): an invalid one is a compiler bug.
-    """
-    if not _IDENTIFIER.match(name) or keyword.iskeyword(name):
-        raise ValueError(f"not a valid Python identifier: {name!r}")
-    return name

@@ -17,7 +17,7 @@ import jinja2
 
 from . import __version__
 from .errors import RtcError
-from .literals import py_comment, py_docstring, py_identifier, py_literal, py_str_block, wrap_text
+from .literals import py_comment, py_docstring, py_literal, py_str_block, wrap_text
 from .resolve import ResolvedCard, data_path
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -71,7 +71,6 @@ def environment() -> jinja2.Environment:
         py_literal=py_literal,
         py_docstring=py_docstring,
         py_comment=py_comment,
-        py_identifier=py_identifier,
         py_str_block=py_str_block,
         wrap=wrap_text,
     )
@@ -135,28 +134,12 @@ def context(card: ResolvedCard, filename: str) -> dict:
         f"{py_literal(key)}: {ROW_TYPE_NAMES.get(kind, 'str') if key != 'prompt' else '(str, list)'}"
         for key, kind in card.signal.row.items()
     )
-    positive = ["steps", "rank", "max_tokens"] + [
-        name for name in ("group_size", "prompts_per_step", "batch_size") if name in card.method.uses
-    ]
-    flags = [
-        "--data",
-        "--eval-data",
-        "--eval-every",
-        "--save-every",
-        "--log",
-        "--steps",
-        "--rank",
-        "--lr",
-        "--out",
-        "--seed",
-        "--resume",
-    ]
-    flags += {
-        "grpo": ["--group-size", "--prompts-per-step"],
-        "sdft": ["--group-size", "--prompts-per-step"],
-        "sft": ["--batch-size"],
-        "dpo": ["--batch-size", "--beta"],
-    }[method]
+    # Size flags follow the fields the method uses (group_size -> --group-size).
+    sizes = [name for name in ("group_size", "prompts_per_step", "batch_size") if name in card.method.uses]
+    positive = ["steps", "rank", "max_tokens", *sizes]
+    flags = ["--data", "--eval-data", "--eval-every", "--save-every", "--log", "--steps", "--rank", "--lr"]
+    flags += ["--out", "--seed", "--resume", *(f"--{name.replace('_', '-')}" for name in sizes)]
+    flags += ["--beta"] if method == "dpo" else []
     flags += ["--max-tokens", "--temperature", "--model", "--dry-run"]
     loss_line = card.loss.name
     if card.loss_config:
@@ -175,7 +158,6 @@ def context(card: ResolvedCard, filename: str) -> dict:
         "card": card,
         "filename": filename,
         "rtc_version": __version__,
-        "method_line": f"{card.method.summary}",
         "model_size": size,
         "loss_line": loss_line,
         "primitives": [(name, PRIMITIVES[name]) for name in card.method.primitives],
