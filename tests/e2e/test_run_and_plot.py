@@ -77,3 +77,60 @@ def test_plot_panels_follow_the_metrics_present(tmp_path):
     )
     assert plot_metrics(metrics, tmp_path / "c.png") == ["loss", "reward", "accuracy"]
     assert (tmp_path / "c.png").stat().st_size > 1000
+
+
+def test_ctrl_c_under_rtc_run_reaches_the_loop_not_the_server(server, tmp_path):
+    """A terminal's Ctrl-C signals the whole foreground group: the loop must still find the server
+    up to save its checkpoint, and rtc run must return the loop's status."""
+    import os
+    import signal
+
+    before = server_processes()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from compiler.cli import main; main()",
+            "run",
+            "--model",
+            "tiny",
+            str(GENERATED / "sft-chat-qwen3.py"),
+            "--data",
+            str(DATA / "sft-chat.jsonl"),
+            "--steps",
+            "500",
+            "--batch-size",
+            "2",
+            "--eval-every",
+            "0",
+            "--save-every",
+            "0",
+            "--max-tokens",
+            "4",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own group, standing in for the terminal's foreground group
+    )
+    try:
+        for line in process.stdout:
+            if line.startswith("step    2"):
+                break
+        os.killpg(process.pid, signal.SIGINT)
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130, err
+    checkpoints = (tmp_path / "runs" / "sft-chat-qwen3" / "checkpoints.jsonl").read_text().splitlines()
+    assert len(checkpoints) == 1  # saved through the server, which the signal did not reach
+    assert server_processes() == before
+
+
+def test_rtc_serve_help_comes_from_the_server(tmp_path):
+    result = rtc("serve", "--help", cwd=tmp_path)
+    assert result.returncode == 0
+    assert result.stdout.startswith("usage: rtc serve")
+    assert "--state-dir" in result.stdout and "--latency-ms" in result.stdout
