@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from compiler.runner import start_server, stop_server  # noqa: E402
+from rtc.runner import start_server, stop_server  # noqa: E402
 
 
 async def one_step(sampler, prompts, params, group: int, concurrent: bool) -> float:

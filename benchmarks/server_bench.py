@@ -8,7 +8,7 @@ What is timed, in one run, side by side:
   this process. Tokens/s counts the input tokens of the batch.
 - sampling ``--sample-tokens`` new tokens for ``--num-samples`` samples of one prompt (stop
   disabled, so every sample has exactly that many tokens): through the SDK, and by calling
-  ``server.sampling.generate`` directly.
+  ``rtc.server.sampling.generate`` directly.
 
 Each measurement is repeated ``--reps`` times after ``--warmup`` untimed runs; the two sides
 alternate rep by rep, so drifts of the machine hit both alike, and never run at the same time.
@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 
 
 def start_server(model: str, state_dir: str, threads: int, latency_ms: float) -> tuple[subprocess.Popen, str]:
-    command = [sys.executable, "-m", "server", "--model", model, "--port", "0", "--state-dir", state_dir]
+    command = [sys.executable, "-m", "rtc.server", "--model", model, "--port", "0", "--state-dir", state_dir]
     command += ["--threads", str(threads), "--latency-ms", str(latency_ms), "--quiet"]
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     found: dict[str, str] = {}
@@ -95,10 +95,10 @@ def main() -> int:
     import torch
     from tinker import types
 
-    from server.engine import AdamParams, Datum, Engine, LoraSettings
-    from server.losses import check_loss
-    from server.models import prepare_model
-    from server.sampling import SamplingRequest, generate
+    from rtc.server.engine import AdamParams, Datum, Engine, LoraSettings
+    from rtc.server.losses import check_loss
+    from rtc.server.models import prepare_model
+    from rtc.server.sampling import SamplingRequest, generate
 
     model_dir = prepare_model(args.model)
     with tempfile.TemporaryDirectory(prefix="rtc-bench-") as state_dir:

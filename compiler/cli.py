@@ -228,7 +228,7 @@ def serve_cmd(args: tuple[str, ...]) -> None:
       rtc serve --port 8000 --model smollm2
     """
     try:
-        from server.cli import main as serve_main
+        from rtc.server.cli import main as serve_main
     except ImportError as exc:
         raise UsageError(f"rtc serve needs the local extra: pip install -e '.[local]' ({exc})") from None
     sys.exit(serve_main(list(args)))

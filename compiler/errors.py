@@ -1,7 +1,7 @@
 """The one exception family of the compiler, and how its errors are printed.
 
 Every problem a user can fix is a `RtcError`. The CLI maps them to exit codes in one place
-(`compiler.cli`): 1 for an invalid card or stale output, 2 for usage errors.
+(`rtc.cli`): 1 for an invalid card or stale output, 2 for usage errors.
 """
 
 from __future__ import annotations

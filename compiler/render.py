@@ -1,7 +1,7 @@
 """Render a `ResolvedCard` into the source of one standalone loop.
 
 One Jinja environment (trim and lstrip blocks, trailing newline kept, undefined names are errors)
-with the filters from `compiler.literals`, the only way card values enter code. Templates get a
+with the filters from `rtc.literals`, the only way card values enter code. Templates get a
 fully-defaulted card and a few derived values computed here; any logic deeper than that lives here,
 not in the templates.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import builtins
 from functools import cache
+from importlib import resources
 from pathlib import Path
 
 import jinja2
@@ -20,7 +21,8 @@ from .errors import RtcError
 from .literals import py_comment, py_docstring, py_literal, py_str_block, wrap_text
 from .resolve import ResolvedCard, data_path
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+# The templates ship as the package `rtc.templates` (the folder templates/ of the source tree).
+TEMPLATES = Path(str(resources.files("rtc.templates")))
 
 # What each Tinker primitive does in a loop, for the header docstring.
 PRIMITIVES = {

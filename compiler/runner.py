@@ -26,7 +26,7 @@ def start_server(
     model: str, latency_ms: int = 0, log_path: Path | None = None, state_dir: Path | None = None
 ) -> tuple[subprocess.Popen, str]:
     """Start `rtc serve` on a free port; return the process and its base URL once it is ready."""
-    command = [sys.executable, "-m", "server", "--port", "0", "--model", model]
+    command = [sys.executable, "-m", "rtc.server", "--port", "0", "--model", model]
     if latency_ms:
         command += ["--latency-ms", str(latency_ms)]
     if state_dir is not None:

@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from compiler.runner import start_server, stop_server  # noqa: E402
+from rtc.runner import start_server, stop_server  # noqa: E402
 
 SAMPLES = 2  # per held-out prompt and per model
 

@@ -19,14 +19,14 @@ from typing import Any
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 
-from server import protocol
-from server.engine import EngineUserError, LoraSettings
-from server.futures import Outcome
-from server.losses import LossInputError, check_inputs, check_loss
-from server.protocol import ProtocolError, expect, optional, require
-from server.sampling import generate
-from server.service import Sampler, Session, TinkerService, tokenizer_location
-from server.state import CheckpointNotFoundError, CheckpointPathError, CheckpointRef, check_name
+from . import protocol
+from .engine import EngineUserError, LoraSettings
+from .futures import Outcome
+from .losses import LossInputError, check_inputs, check_loss
+from .protocol import ProtocolError, expect, optional, require
+from .sampling import generate
+from .service import Sampler, Session, TinkerService, tokenizer_location
+from .state import CheckpointNotFoundError, CheckpointPathError, CheckpointRef, check_name
 
 PROTOBUF = "application/x-protobuf"
 MAX_RANK = 512

@@ -26,7 +26,7 @@ example:
 
 
 def default_state_dir() -> Path:
-    from server.models import cache_dir
+    from .models import cache_dir
 
     return cache_dir() / "serve-state"
 
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Error: cannot listen on {args.host}:{args.port}: {reason}", file=sys.stderr)
         return 2
 
-    from server.models import ModelPreparationError, prepare
+    from .models import ModelPreparationError, prepare
 
     try:
         prepared = prepare(args.model)
@@ -136,9 +136,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import uvicorn
 
-    from server.app import create_app
-    from server.engine import Engine
-    from server.service import ServerOptions, TinkerService
+    from .app import create_app
+    from .engine import Engine
+    from .service import ServerOptions, TinkerService
 
     try:
         engine = Engine(prepared.path, threads=args.threads)

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from server.losses import LossSpec, check_inputs, datum_loss
+from .losses import LossSpec, check_inputs, datum_loss
 
 log = logging.getLogger("rtc.serve")
 

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from tinker.proto import tinker_public_pb2 as pb
 
-from server.engine import AdamParams, Datum, ForwardResult
-from server.sampling import SamplingRequest, SamplingResult
+from .engine import AdamParams, Datum, ForwardResult
+from .sampling import SamplingRequest, SamplingResult
 
 _DTYPES = {pb.DTYPE_FLOAT32: np.float32, pb.DTYPE_INT64: np.int64, pb.DTYPE_INT32: np.int32}
 _JSON_DTYPES = {"float32": np.float32, "int64": np.int64}

@@ -21,11 +21,11 @@ from typing import Any
 
 from fastapi import HTTPException
 
-from server.engine import Engine, EngineUserError
-from server.futures import FutureStore, OrderedLane, Outcome
-from server.losses import LossInputError
-from server.protocol import ProtocolError, expect
-from server.state import CheckpointNotFoundError, CheckpointPathError, CheckpointStore
+from .engine import Engine, EngineUserError
+from .futures import FutureStore, OrderedLane, Outcome
+from .losses import LossInputError
+from .protocol import ProtocolError, expect
+from .state import CheckpointNotFoundError, CheckpointPathError, CheckpointStore
 
 log = logging.getLogger("rtc.serve")
 MAX_SAMPLER_ADAPTERS = 16

@@ -16,9 +16,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from compiler import __version__
-from compiler.card import load_card
-from compiler.cli import cli
+from rtc import __version__
+from rtc.card import load_card
+from rtc.cli import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipes"
@@ -298,13 +298,13 @@ def test_build_writes_every_loop_then_is_up_to_date(tmp_path, monkeypatch):
 # --- start-up cost --------------------------------------------------------------------------------
 
 IMPORT_PROBE = """
-import sys, compiler.cli
+import sys, rtc.cli
 from click.testing import CliRunner
 card = "recipes/grpo-math-qwen3.yaml"
 for args in (["compile", card], ["validate", card], ["explain", card], ["list", "models"], ["schema"]):
-    result = CliRunner().invoke(compiler.cli.cli, args)
+    result = CliRunner().invoke(rtc.cli.cli, args)
     assert result.exit_code == 0, result.output
-print(sorted({"torch", "transformers", "tinker", "server", "numpy"} & set(sys.modules)))
+print(sorted({"torch", "transformers", "tinker", "rtc.server", "numpy"} & set(sys.modules)))
 """
 
 
@@ -314,3 +314,16 @@ def test_cli_imports_no_heavy_module():
     )
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout == "[]\n"
+
+
+def test_installed_under_one_import_name(tmp_path):
+    """rtc installs as `rtc` (compiler/), `rtc.server` and `rtc.templates`: no top-level `compiler`,
+    `server` or `templates` package that would collide with another distribution."""
+    probe = (
+        "import importlib.util, rtc, rtc.server, rtc.templates, rtc.render\n"
+        "print([importlib.util.find_spec(n) is None for n in ('compiler', 'server', 'templates')])\n"
+        "print((rtc.render.TEMPLATES / 'loop.py.j2').is_file())\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "[True, True, True]\nTrue\n"

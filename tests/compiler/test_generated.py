@@ -14,8 +14,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from compiler.build import build_all
-from compiler.cli import cli
+from rtc.build import build_all
+from rtc.cli import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipes"
@@ -157,7 +157,7 @@ def test_dataset_errors_name_file_and_line(tmp_path):
 def test_generated_loops_import_nothing_from_rtc():
     for loop in LOOPS:
         text = loop.read_text()
-        assert "import compiler" not in text and "from compiler" not in text and "from server" not in text
+        assert "import rtc" not in text and "from compiler" not in text and "from server" not in text
         assert not re.search(r"\{\{\s*[A-Za-z_]|\{%|%\}|\{#", text), loop  # no template residue
 
 
@@ -171,7 +171,7 @@ def test_header_names_the_card_and_its_hash():
 
 
 def test_dry_run_renders_with_the_chat_template_when_the_tokenizer_is_local(tmp_path):
-    models = pytest.importorskip("server.models")
+    models = pytest.importorskip("rtc.server.models")
     tiny = models.prepare_model("tiny")
     loop = GENERATED / "sft-chat-qwen3.py"
     result = subprocess.run(

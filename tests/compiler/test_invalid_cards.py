@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from compiler.cli import cli
+from rtc.cli import cli
 
 CASES = [
     (

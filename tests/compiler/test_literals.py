@@ -7,8 +7,8 @@ import ast
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compiler.build import compile_card
-from compiler.literals import py_docstring, py_literal, py_str_block
+from rtc.build import compile_card
+from rtc.literals import py_docstring, py_literal, py_str_block
 
 # Any text at all but lone surrogates (which no YAML or UTF-8 file can hold).
 TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=300).filter(

@@ -184,7 +184,7 @@ def test_run_log_forgets_steps_a_resume_redoes(tmp_path):
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    models = pytest.importorskip("server.models")
+    models = pytest.importorskip("rtc.server.models")
     transformers = pytest.importorskip("transformers")
     return transformers.AutoTokenizer.from_pretrained(str(models.prepare_model("tiny")))
 

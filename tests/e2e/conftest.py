@@ -20,7 +20,7 @@ def server(tmp_path_factory):
     """The tiny model behind a real server process; its base URL."""
     pytest.importorskip("torch")
     pytest.importorskip("tinker")
-    from compiler.runner import start_server, stop_server
+    from rtc.runner import start_server, stop_server
 
     state = tmp_path_factory.mktemp("serve-state")
     log = tmp_path_factory.mktemp("serve-log") / "serve.log"

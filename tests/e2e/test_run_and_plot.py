@@ -11,7 +11,7 @@ from e2e_kit import DATA, GENERATED
 
 def rtc(*args: object, cwd) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", "from compiler.cli import main; main()", *map(str, args)],
+        [sys.executable, "-c", "from rtc.cli import main; main()", *map(str, args)],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -67,7 +67,7 @@ def test_rtc_run_returns_the_loops_exit_status(tmp_path):
 
 def test_plot_panels_follow_the_metrics_present(tmp_path):
     pytest.importorskip("matplotlib")
-    from compiler.plot import plot_metrics
+    from rtc.plot import plot_metrics
 
     metrics = tmp_path / "m.jsonl"
     metrics.write_text(
@@ -90,7 +90,7 @@ def test_ctrl_c_under_rtc_run_reaches_the_loop_not_the_server(server, tmp_path):
         [
             sys.executable,
             "-c",
-            "from compiler.cli import main; main()",
+            "from rtc.cli import main; main()",
             "run",
             "--model",
             "tiny",

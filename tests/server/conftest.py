@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from tiny_kit import RunningServer, start_server, stop_server  # noqa: E402
 
-from server.models import prepare_model  # noqa: E402
+from rtc.server.models import prepare_model  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ from tiny_kit import REPO, start_server, stop_server
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "server", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "rtc.server", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
     )
 
 
@@ -82,7 +82,7 @@ def test_help_has_an_example():
 
 
 def test_a_local_model_directory_is_accepted(tiny_dir, tmp_path):
-    from server.models import ModelPreparationError, prepare
+    from rtc.server.models import ModelPreparationError, prepare
 
     prepared = prepare(str(tiny_dir))
     assert prepared.path == tiny_dir.resolve() and str(tiny_dir.resolve()) in prepared.description

@@ -7,8 +7,8 @@ import time
 
 import httpx
 
-from server import futures
-from server.futures import FutureStore, OrderedLane, Outcome
+from rtc.server import futures
+from rtc.server.futures import FutureStore, OrderedLane, Outcome
 
 
 def test_lane_runs_jobs_in_seq_id_order_whatever_the_arrival_order():
@@ -97,7 +97,7 @@ def test_session_lifecycle_and_service_endpoints(server):
 
 
 def test_micro_batches_bound_tokens_and_keep_order():
-    from server.engine import Datum, micro_batches
+    from rtc.server.engine import Datum, micro_batches
 
     data = [Datum(tokens=[0] * n, inputs={}) for n in (3, 3, 5, 1, 9, 2)]
     groups = list(micro_batches(data, 6))
@@ -160,9 +160,9 @@ def test_requests_of_one_client_run_in_seq_id_order_whatever_the_arrival(server,
 
 
 def test_sessions_without_heartbeats_are_freed(tiny_dir, tmp_path, monkeypatch):
-    from server import service as service_module
-    from server.engine import Engine, LoraSettings
-    from server.service import ServerOptions, Session, TinkerService, TrainingRun
+    from rtc.server import service as service_module
+    from rtc.server.engine import Engine, LoraSettings
+    from rtc.server.service import ServerOptions, Session, TinkerService, TrainingRun
 
     monkeypatch.setattr(service_module, "SESSION_CHECK_S", 0.01)
     engine = Engine(tiny_dir, threads=1)

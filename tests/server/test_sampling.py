@@ -137,7 +137,7 @@ def test_samplers_from_training_weights_and_saved_paths(service, prompt, sentenc
 
 def test_old_snapshot_samplers_are_evicted_beyond_the_cap(service, server, sentence):
     """A loop that snapshots its weights every step does not grow memory without bound."""
-    from server.service import MAX_SAMPLER_ADAPTERS
+    from rtc.server.service import MAX_SAMPLER_ADAPTERS
 
     client = service.create_lora_training_client(base_model=BASE, rank=2, seed=0).result()
     samplers = [

@@ -99,7 +99,7 @@ def test_load_state_into_an_existing_client(service, tokenizer):
 
 def test_a_request_larger_than_a_micro_batch_gives_the_same_step(service):
     """5120 tokens run as two micro-batches on the server; the step equals two smaller requests."""
-    from server.engine import MICRO_BATCH_TOKENS
+    from rtc.server.engine import MICRO_BATCH_TOKENS
 
     generator = torch.Generator().manual_seed(3)
     rows = [torch.randint(3, 600, (129,), generator=generator).tolist() for _ in range(40)]

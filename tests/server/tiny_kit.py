@@ -32,7 +32,7 @@ def start_server(state_dir: Path, *extra: str) -> RunningServer:
         [
             sys.executable,
             "-m",
-            "server",
+            "rtc.server",
             "--model",
             "tiny",
             "--port",
