@@ -19,6 +19,7 @@ _HERE = Path(__file__).parent
 class Model:
     name: str
     family: str
+    tokenizer: str | None  # tml_renderers.tokenizers class of the family, None where it has none
     arch: str | None  # "dense" | "moe" | None (not published)
     params_b: float | None
     active_b: float | None
