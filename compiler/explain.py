@@ -25,9 +25,7 @@ def explain_lines(card: ResolvedCard) -> list[str]:
         ("sampling.temperature", card.sampling.temperature, o["sampling.temperature"]),
         ("sampling.top_p", card.sampling.top_p, o["sampling.top_p"]),
     ]
-    for name in ("group_size", "prompts_per_step", "batch_size", "advantage_std"):
-        if name in card.method.uses:
-            rows.append((name, getattr(card, name), o[name]))
+    rows += [(name, value, o[name]) for name, value in card.settings.items()]
     rows += [
         ("eval_every", card.eval_every, o["eval_every"]),
         ("save_every", card.save_every, o["save_every"]),

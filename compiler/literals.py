@@ -3,11 +3,12 @@
 SECURITY: every user-controlled string (titles, prompts, paths, model names) reaches a generated
 loop through one of these functions. Changing them has security implications: a recipe must never
 be able to inject code. Templates never hand-quote a value (`"{{ x }}"` is a bug); they use the
-`py_literal`, `py_str_block`, `py_docstring` and `py_comment` filters, which call these functions.
+`py_literal`, `py_str_block`, `py_docstring`, `py_comment` and `py_name` filters, which call these functions.
 """
 
 from __future__ import annotations
 
+import keyword
 import math
 import re
 import textwrap
@@ -50,6 +51,17 @@ def _str_literal(text: str) -> str:
     if literal.startswith("'") and "'" not in text and '"' not in text:
         literal = '"' + literal[1:-1] + '"'
     return literal
+
+
+def py_name(name: str) -> str:
+    """Return `name` unchanged if it is a plain Python identifier (a constant, a type), else raise.
+
+    Names come from rtc's own catalog, never from a card; this check keeps a catalog mistake from
+    becoming code.
+    """
+    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+        raise ValueError(f"not a Python identifier: {name!r}")
+    return name
 
 
 def py_docstring(text: str) -> str:

@@ -1,4 +1,4 @@
-"""`rtc plot`: one PNG with a panel per metric of a loop's metrics.jsonl, train and eval apart."""
+"""`rtc plot`: one PNG with a panel per metric of a loop's metrics.jsonl, a row per namespace."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from pathlib import Path
 
 from .errors import UsageError
 
-# Panels in this order when present; any other numeric metric follows.
+# Metric keys are namespaced: `train/loss` and `eval/loss` share the panel `loss` (a line each);
+# `optim/...`, `time/...` and any other namespace get a row of panels of their own. Within a row,
+# these panels come first when present; the rest follow in name order.
 PREFERRED = [
     "loss",
     "reward",
@@ -18,8 +20,11 @@ PREFERRED = [
     "fallback_frac",
     "skipped_frac",
 ]
-# Bookkeeping, not curves.
-SKIPPED = {"step", "n_datums", "n_tokens", "sampled_tokens", "truncated", "lr", "time_s"}
+# Bookkeeping, not curves (the name after the namespace).
+SKIPPED = {"n_datums", "n_tokens", "n_samples", "sampled_tokens", "truncated"}
+# The optimizer's own echo of its step count and rate (optim/lr is the loop's).
+SKIPPED_KEYS = {"optim/step", "optim/learning_rate"}
+SPLITS = ("train", "eval")
 
 
 def read_metrics(path: str | Path) -> list[dict]:
@@ -39,14 +44,40 @@ def read_metrics(path: str | Path) -> list[dict]:
     return records
 
 
+def series(record: dict) -> list[tuple[str, str, float]]:
+    """(panel, line, value) for each numeric metric of a record: `train/loss` -> ("loss", "train");
+    `optim/grad_norm` -> ("optim/grad_norm", split); an old flat `loss` -> ("loss", split)."""
+    split = record.get("split", "train")
+    out = []
+    for key, value in record.items():
+        if key == "step" or not isinstance(value, int | float) or isinstance(value, bool):
+            continue
+        namespace, _, name = key.rpartition("/")
+        if name in SKIPPED or key in SKIPPED_KEYS:
+            continue
+        if namespace in SPLITS:
+            out.append((name, namespace, value))
+        else:
+            out.append((key, split, value))
+    return out
+
+
+def panel_rows(records: list[dict]) -> list[list[str]]:
+    """Panels grouped by namespace: the train/eval metrics first, then one row per namespace."""
+    names = {panel for record in records for panel, _, _ in series(record)}
+    groups: dict[str, list[str]] = {}
+    for panel in names:
+        groups.setdefault(panel.rpartition("/")[0], []).append(panel)
+
+    def order(panel: str) -> tuple:
+        tail = panel.rpartition("/")[2]
+        return (PREFERRED.index(tail) if tail in PREFERRED else len(PREFERRED), panel)
+
+    return [sorted(groups[namespace], key=order) for namespace in sorted(groups)]
+
+
 def panels_for(records: list[dict]) -> list[str]:
-    numeric = {
-        key
-        for record in records
-        for key, value in record.items()
-        if isinstance(value, int | float) and not isinstance(value, bool) and key not in SKIPPED
-    }
-    return [k for k in PREFERRED if k in numeric] + sorted(numeric - set(PREFERRED))
+    return [panel for row in panel_rows(records) for panel in row]
 
 
 def plot_metrics(path: str | Path, output: str | Path) -> list[str]:
@@ -57,31 +88,30 @@ def plot_metrics(path: str | Path, output: str | Path) -> list[str]:
     import matplotlib.pyplot as plt
 
     records = read_metrics(path)
-    panels = panels_for(records)
-    if not panels:
+    rows = panel_rows(records)
+    if not rows:
         raise UsageError(f"{path}: no numeric metrics to plot")
-    cols = min(len(panels), 3)
-    rows = (len(panels) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
-    for ax, key in zip(axes.flat, panels, strict=False):
-        for split, style in (
-            ("train", {"marker": ".", "linestyle": "-"}),
-            ("eval", {"marker": "o", "linestyle": "--"}),
-        ):
-            points = [
-                (r["step"], r[key])
-                for r in records
-                if r.get("split", "train") == split and isinstance(r.get(key), int | float)
-            ]
-            if points:
+    cols = min(max(len(row) for row in rows), 4)
+    layout = [row[i : i + cols] for row in rows for i in range(0, len(row), cols)]
+    fig, axes = plt.subplots(len(layout), cols, figsize=(4.2 * cols, 3.2 * len(layout)), squeeze=False)
+    styles = {"train": {"marker": ".", "linestyle": "-"}, "eval": {"marker": "o", "linestyle": "--"}}
+    for axes_row, panels in zip(axes, layout, strict=True):
+        for ax, panel in zip(axes_row, panels, strict=False):
+            lines: dict[str, list[tuple[int, float]]] = {}
+            for record in records:
+                for name, line, value in series(record):
+                    if name == panel:
+                        lines.setdefault(line, []).append((record["step"], value))
+            for line, points in sorted(lines.items()):
                 xs, ys = zip(*points, strict=True)
-                ax.plot(xs, ys, label=split, **style)
-        ax.set_title(key)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
-    for ax in list(axes.flat)[len(panels) :]:
-        ax.axis("off")
+                ax.plot(xs, ys, label=line, **styles.get(line, {}))
+            ax.set_title(panel)
+            ax.set_xlabel("step")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize="small")
+        for ax in axes_row[len(panels) :]:
+            ax.axis("off")
+    panels = [panel for panels in layout for panel in panels]
     fig.suptitle(Path(path).parent.name or str(path))
     fig.tight_layout()
     Path(output).parent.mkdir(parents=True, exist_ok=True)

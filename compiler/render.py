@@ -17,8 +17,9 @@ from pathlib import Path
 import jinja2
 
 from . import __version__
+from .catalog import load_catalog
 from .errors import RtcError
-from .literals import py_comment, py_docstring, py_literal, py_str_block, wrap_text
+from .literals import py_comment, py_docstring, py_literal, py_name, py_str_block, wrap_text
 from .resolve import ResolvedCard, data_path
 
 # The templates ship as the package `rtc.templates` (the folder templates/ of the source tree).
@@ -36,27 +37,26 @@ PRIMITIVES = {
     "save_weights_for_sampler": "freeze weights to sample from (the reference policy)",
 }
 
-# Standard-library imports every loop needs, and those each method adds.
-BASE_IMPORTS = {
-    "argparse",
-    "asyncio",
-    "json",
-    "os",
-    "random",
-    "signal",
-    "socket",
-    "sys",
-    "time",
-    "urllib.parse",
-}
-BASE_FROM_IMPORTS = {("dataclasses", "dataclass"), ("pathlib", "Path")}
-METHOD_IMPORTS = {
-    "sdft": ({"re"}, {("collections", "Counter")}),
-    "grpo": ({"math"}, {("concurrent.futures", "ThreadPoolExecutor")}),
-    "sft": (set(), set()),
-    "dpo": ({"math"}, set()),
-}
-ROW_TYPE_NAMES = {"str": "str", "object (reaches the verifier)": "dict"}
+# Standard-library imports every loop needs; a method adds its own (methods.yaml `imports`).
+BASE_IMPORTS = (
+    "import argparse",
+    "import asyncio",
+    "import json",
+    "import os",
+    "import random",
+    "import signal",
+    "import socket",
+    "import sys",
+    "import time",
+    "import urllib.parse",
+    "import urllib.request",
+    "from dataclasses import dataclass",
+    "from pathlib import Path",
+)
+# Commands in the header are broken before a flag, with a shell line continuation, once they are
+# longer than this: every line can be pasted as it is.
+COMMAND_WIDTH = 96
+LINE_WIDTH = 110  # ruff's line length for the generated loops (pyproject.toml)
 
 
 @cache
@@ -74,18 +74,24 @@ def environment() -> jinja2.Environment:
         py_docstring=py_docstring,
         py_comment=py_comment,
         py_str_block=py_str_block,
+        py_name=py_name,
         wrap=wrap_text,
     )
     return env
 
 
-def verifier_source(name: str) -> tuple[list[str], str]:
-    """Split a verifier module into its import lines and its body (docstring and imports dropped)."""
+def verifier_source(name: str) -> tuple[list[str], list[str], str]:
+    """Split a verifier module into its import lines, its docstring's lines and its body.
+
+    The docstring (what the verifier checks, and for the code sandbox what it does not protect
+    against) becomes a comment above the inlined body, so the loop's reader sees it.
+    """
     source = (TEMPLATES / "verifiers" / f"{name}.py").read_text(encoding="utf-8")
     tree = ast.parse(source)
     lines = source.splitlines()
     imports: list[str] = []
     drop: set[int] = set()
+    doc = (ast.get_docstring(tree, clean=True) or "").splitlines()
     for node in tree.body:
         is_docstring = (
             isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and node is tree.body[0]
@@ -95,67 +101,100 @@ def verifier_source(name: str) -> tuple[list[str], str]:
             if not is_docstring:
                 imports.append(ast.get_source_segment(source, node))
     body = "\n".join(line for i, line in enumerate(lines) if i not in drop).strip("\n")
-    return imports, body
+    return imports, doc, body
 
 
-def import_block(card: ResolvedCard, extra: list[str]) -> list[str]:
-    """The loop's import lines, grouped and sorted the way ruff's isort rule expects."""
-    plain = set(BASE_IMPORTS) | METHOD_IMPORTS[card.method.name][0]
+def import_block(statements: list[str]) -> list[str]:
+    """The loop's import lines from import statements, grouped and sorted as ruff's isort rule wants.
+
+    Statements are parsed and written back from their names, never pasted: only plain module and
+    name imports get through.
+    """
+    plain: set[str] = set()
     froms: dict[str, set[str]] = {}
-    for module, name in BASE_FROM_IMPORTS | METHOD_IMPORTS[card.method.name][1]:
-        froms.setdefault(module, set()).add(name)
-    for line in extra:
-        node = ast.parse(line).body[0]
-        if isinstance(node, ast.Import):
-            plain.update(alias.name for alias in node.names)
-        else:
-            froms.setdefault(node.module, set()).update(alias.name for alias in node.names)
+    for line in statements:
+        for node in ast.parse(line).body:
+            if isinstance(node, ast.Import):
+                plain.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                froms.setdefault(node.module, set()).update(alias.name for alias in node.names)
+            else:
+                raise RtcError(f"internal error: not an import statement: {line!r}")
+    for name in [*plain, *froms, *(n for names in froms.values() for n in names)]:
+        for part in name.split("."):
+            py_name(part)
     lines = ["from __future__ import annotations", ""]
     lines += [f"import {name}" for name in sorted(plain)]
     lines += [f"from {module} import {', '.join(sorted(names))}" for module, names in sorted(froms.items())]
     return lines
 
 
-def _example_args(card: ResolvedCard) -> str:
-    args = []
-    if card.data_train:
-        args.append(f"--data {data_path(card, card.data_train)}")
-    else:
-        args.append("--data train.jsonl")
+def command_lines(words: list[str]) -> list[str]:
+    """A shell command as paste-ready lines: whole if it fits, else one `--flag value` per line.
+    The header template ends every line but the last with a backslash, which in the docstring's
+    source is also Python's line continuation: the source shows exactly what to paste."""
+    if len(" ".join(words)) <= COMMAND_WIDTH:
+        return [" ".join(words)]
+    groups: list[list[str]] = [[]]
+    for word in words:
+        if word.startswith("--") and groups[-1]:
+            groups.append([])
+        groups[-1].append(word)
+    return [" ".join(groups[0])] + ["  " + " ".join(group) for group in groups[1:]]
+
+
+def _data_args(card: ResolvedCard) -> list[str]:
+    args = ["--data", data_path(card, card.data_train) if card.data_train else "train.jsonl"]
     if card.data_eval:
-        args.append(f"--eval-data {data_path(card, card.data_eval)}")
-    return " ".join(args)
+        args += ["--eval-data", data_path(card, card.data_eval)]
+    return args
+
+
+def method_settings(card: ResolvedCard) -> list[dict]:
+    """The per-method fields as run settings: constant, value, flag and its help, comment."""
+    catalog = load_catalog()
+    settings = []
+    for used in card.method.fields:
+        field = catalog.fields[used.name]
+        settings.append(
+            {
+                "constant": field.constant,
+                "value": card.settings[used.name],
+                "flag": field.flag,
+                "type": field.type,
+                "help": used.help,
+                "comment": f"{field.flag}: {used.comment}" if field.flag else used.comment,
+                "positive": field.positive,
+                # `    parser.add_argument(FLAG, type=T, default=C, help=H)` within ruff's 110 columns?
+                "flag_fits_one_line": field.flag is not None
+                and 4
+                + len("parser.add_argument(, type=, default=, help=)")
+                + len(py_literal(field.flag))
+                + len(field.type)
+                + len(field.constant)
+                + len(py_literal(used.help))
+                <= LINE_WIDTH,
+            }
+        )
+    return settings
 
 
 def context(card: ResolvedCard, filename: str) -> dict:
-    method = card.method.name
-    verifier_imports, verifier_body = ([], "")
+    verifier_imports, verifier_doc, verifier_body = [], [], ""
     if card.signal.name == "environment" and card.task.verifier:
-        verifier_imports, verifier_body = verifier_source(card.task.verifier)
-    row_types = ", ".join(
-        f"{py_literal(key)}: {ROW_TYPE_NAMES.get(kind, 'str') if key != 'prompt' else '(str, list)'}"
-        for key, kind in card.signal.row.items()
-    )
-    # Size flags follow the fields the method uses (group_size -> --group-size).
-    sizes = [name for name in ("group_size", "prompts_per_step", "batch_size") if name in card.method.uses]
-    positive = ["steps", "rank", "max_tokens", *sizes]
-    flags = ["--data", "--eval-data", "--eval-every", "--save-every", "--log", "--steps", "--rank", "--lr"]
-    flags += ["--out", "--seed", "--resume", *(f"--{name.replace('_', '-')}" for name in sizes)]
-    flags += ["--beta"] if method == "dpo" else []
-    flags += ["--max-tokens", "--temperature", "--model", "--dry-run"]
+        verifier_imports, verifier_doc, verifier_body = verifier_source(card.task.verifier)
+    settings = method_settings(card)
+    positive = ["steps", "rank", "max_tokens"]
+    positive += [s["flag"][2:].replace("-", "_") for s in settings if s["flag"] and s["positive"]]
     loss_line = card.loss.name
     if card.loss_config:
         loss_line += " (" + ", ".join(f"{k}={v:g}" for k, v in card.loss_config.items()) + ")"
-    loss_line += {
-        "sdft": " on on-policy rewrites of the demonstrations (the demonstration where a rewrite fails)",
-        "sft": " on the demonstration tokens",
-        "grpo": " with group-relative advantages from the task verifier",
-        "dpo": " against the frozen initial weights",
-    }[method]
+    loss_line += " " + card.method.loss_line
     model = card.model
     size = (
         model.size + (f", context {model.context}" if model.context else "") + f", thinking {model.thinking}"
     )
+    data = _data_args(card)
     return {
         "card": card,
         "filename": filename,
@@ -163,27 +202,49 @@ def context(card: ResolvedCard, filename: str) -> dict:
         "model_size": size,
         "loss_line": loss_line,
         "primitives": [(name, PRIMITIVES[name]) for name in card.method.primitives],
-        "example_args": _example_args(card),
-        "row_schema": "{" + ", ".join(f'"{k}": {v}' for k, v in card.signal.row.items()) + "}",
-        "row_types": "{" + row_types + "}",
-        "flags": flags,
-        "imports": import_block(card, verifier_imports),
+        "commands": {
+            "hosted": command_lines(["python", filename, *data]),
+            "local": command_lines(["rtc", "run", filename, *data]),
+            "dry_run": command_lines(["python", filename, "--dry-run", *data]),
+        },
+        "row_schema": "{" + ", ".join(f'"{key.name}": {key.shown}' for key in card.signal.row) + "}",
+        "row_kinds": {key.name: key.kind for key in card.signal.row},
+        "flags": [],
+        "imports": import_block([*BASE_IMPORTS, *card.method.imports, *verifier_imports]),
+        "verifier_doc": verifier_doc,
         "verifier_body": verifier_body,
+        "method_settings": settings,
         "positive_args": tuple(positive),
         "lr_origin": "from the card" if card.origins["lr"] == "card" else card.origins["lr"],
         "eot_origin": "from the catalog; checked against the tokenizer at start"
         if model.end_of_turn
         else "not in the catalog: taken from the tokenizer at start",
-        "max_tokens_help": {
-            "sdft": "longest rewrite, in tokens",
-            "grpo": "longest rollout, in tokens",
-        }.get(method, "longest final sample, in tokens"),
     }
 
 
+def parser_flags(source: str) -> list[str]:
+    """The flags the loop's own argument parser defines, in order: what the header lists."""
+    flags = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "add_argument"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
+            flags.append((node.lineno, node.args[0].value))
+    return [flag for _, flag in sorted(flags)]
+
+
 def render(card: ResolvedCard, filename: str) -> str:
-    template = environment().get_template(f"{card.method.name}.py.j2")
-    source = template.render(**context(card, filename))
+    """Render the method's template. The header lists the loop's flags as its parser defines them,
+    so it renders twice: once to read the parser, once with the flags in the header."""
+    template = environment().get_template(card.method.template)
+    values = context(card, filename)
+    check(template.render(**values), filename)
+    values["flags"] = parser_flags(template.render(**values))
+    source = template.render(**values)
     check(source, filename)
     return source
 

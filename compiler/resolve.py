@@ -14,25 +14,6 @@ from pathlib import Path
 from .card import RawCard
 from .catalog import Loss, Method, Model, Signal, Task, default_lr, load_catalog
 
-# Defaults by method, for the fields the method uses. Each is documented in README's card section.
-METHOD_DEFAULTS = {
-    "grpo": {
-        "steps": 50,
-        "group_size": 8,
-        "prompts_per_step": 8,
-        "advantage_std": False,
-        "sampling": {"max_tokens": 512, "temperature": 1.0, "top_p": 1.0},
-    },
-    "sdft": {
-        "steps": 50,
-        "group_size": 4,
-        "prompts_per_step": 1,
-        "sampling": {"max_tokens": 256, "temperature": 0.7, "top_p": 1.0},
-    },
-    "sft": {"steps": 100, "batch_size": 8, "sampling": {"max_tokens": 256, "temperature": 0.7, "top_p": 1.0}},
-    "dpo": {"steps": 100, "batch_size": 8, "sampling": {"max_tokens": 256, "temperature": 0.7, "top_p": 1.0}},
-}
-COMMON_DEFAULTS = {"rank": 32, "eval_every": 10, "save_every": 10, "seed": 0}
 # When the catalog does not know a model's context length.
 FALLBACK_MAX_LENGTH = 32768
 
@@ -59,10 +40,7 @@ class ResolvedCard:
     steps: int
     lr: float
     sampling: Sampling
-    group_size: int | None
-    prompts_per_step: int | None
-    batch_size: int | None
-    advantage_std: bool | None
+    settings: dict[str, object]  # the per-method fields the method reads (fields.yaml), by name
     eval_every: int
     save_every: int
     seed: int
@@ -83,7 +61,8 @@ def resolve(card: RawCard, source: str | None = None) -> ResolvedCard:
     model = catalog.models[data["model"]]
     task = catalog.tasks[data["task"]]
     origins: dict[str, str] = {}
-    defaults = {**COMMON_DEFAULTS, **METHOD_DEFAULTS[method.name]}
+    defaults = {f.name: f.default for f in catalog.fields.values() if f.default is not None}
+    defaults.update(method.defaults)
 
     def pick(name: str, default: object, origin: str = "default") -> object:
         if name in data:
@@ -118,11 +97,6 @@ def resolve(card: RawCard, source: str | None = None) -> ResolvedCard:
     else:
         max_length = pick("max_length", FALLBACK_MAX_LENGTH, "default (context not in catalog)")
 
-    def method_field(name: str) -> object:
-        if name not in method.uses:
-            return None
-        return pick(name, defaults[name], f"default of method {method.name}")
-
     data_section = data.get("data", {})
     for split in ("train", "eval"):
         origins[f"data.{split}"] = "card" if split in data_section else "none"
@@ -146,10 +120,9 @@ def resolve(card: RawCard, source: str | None = None) -> ResolvedCard:
             temperature=float(sampling_values["temperature"]),
             top_p=float(sampling_values["top_p"]),
         ),
-        group_size=method_field("group_size"),
-        prompts_per_step=method_field("prompts_per_step"),
-        batch_size=method_field("batch_size"),
-        advantage_std=method_field("advantage_std"),
+        settings={
+            name: pick(name, defaults[name], f"default of method {method.name}") for name in method.uses
+        },
         eval_every=int(pick("eval_every", defaults["eval_every"])),
         save_every=int(pick("save_every", defaults["save_every"])),
         seed=int(pick("seed", defaults["seed"])),

@@ -7,9 +7,8 @@ import re
 
 from .catalog import default_lr, load_catalog
 from .errors import UsageError
-from .resolve import COMMON_DEFAULTS, METHOD_DEFAULTS
 from .schema import SCHEMA_FILE
-from .validate import did_you_mean
+from .validate import did_you_mean, fit_problems
 
 
 def _check(kind: str, value: str, choices) -> None:
@@ -31,15 +30,15 @@ def starter_card(*, signal: str, method: str, task: str, model: str, name: str |
     _check("task", task, catalog.tasks)
     _check("model", model, catalog.models)
     spec = catalog.methods[method]
-    if spec.signal != signal:
-        raise UsageError(f"--method {method} learns from {spec.signal}, not {signal}")
-    if signal not in catalog.tasks[task].signals:
-        raise UsageError(f"--task {task} does not fit signal {signal}")
+    misfits = fit_problems(signal, method, task)
+    if misfits:
+        raise UsageError("; ".join(f"--{field}: {message}" for field, message in misfits))
     short = re.sub(r"[^a-z0-9]+", "-", model.split("/")[-1].lower()).strip("-")
     name = name or f"{method}-{task}-{short}"
     if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name):
         raise UsageError(f"--name {name!r} is not a slug: use lowercase letters, digits and '-'")
-    defaults = {**COMMON_DEFAULTS, **METHOD_DEFAULTS[method]}
+    defaults = {f.name: f.default for f in catalog.fields.values() if f.default is not None}
+    defaults.update(spec.defaults)
     lr, lr_note = default_lr(catalog.models[model], spec)
     loss = catalog.losses[spec.default_loss]
     title = f"{spec.summary.split(';')[0].rstrip('.')} on {model.split('/')[-1]}"
@@ -57,28 +56,24 @@ def starter_card(*, signal: str, method: str, task: str, model: str, name: str |
     if loss.config:
         lines.append("loss_config:")
         lines += [f"  {o.name}: {o.default:g}  # {o.summary}" for o in loss.config]
+    fields = catalog.fields
     lines += [
-        f"rank: {defaults['rank']}  # LoRA rank",
-        f"steps: {defaults['steps']}  # optimizer steps",
+        f"rank: {defaults['rank']}  # {fields['rank'].starter}",
+        f"steps: {defaults['steps']}  # {fields['steps'].starter}",
         f"lr: {lr:g}  # {lr_note}",
         "sampling:",
-        f"  max_tokens: {defaults['sampling']['max_tokens']}  # longest sampled completion",
+        f"  max_tokens: {defaults['sampling']['max_tokens']}  # {spec.max_tokens_help}",
         f"  temperature: {defaults['sampling']['temperature']}",
         f"  top_p: {defaults['sampling']['top_p']}",
     ]
-    for field, comment in (
-        ("group_size", "samples per prompt"),
-        ("prompts_per_step", "prompts per step"),
-        ("batch_size", "rows per step"),
-        ("advantage_std", "divide advantages by the group's reward std"),
-    ):
-        if field in spec.uses:
-            value = defaults[field]
-            lines.append(f"{field}: {str(value).lower() if isinstance(value, bool) else value}  # {comment}")
+    for used in spec.fields:
+        value = defaults[used.name]
+        shown = str(value).lower() if isinstance(value, bool) else value
+        lines.append(f"{used.name}: {shown}  # {used.comment}")
     lines += [
-        f"eval_every: {defaults['eval_every']}  # eval on --eval-data every N steps; 0 = never",
-        f"save_every: {defaults['save_every']}  # checkpoint every N steps; 0 = only at the end",
-        f"seed: {defaults['seed']}",
+        f"{name}: {defaults[name]}  # {fields[name].starter}" for name in ("eval_every", "save_every", "seed")
+    ]
+    lines += [
         "# system_prompt: null  # default: the task's system prompt",
         "# data:  # example datasets shipped with the card, relative to it (shown in the loop's header)",
         f"#   train: data/{task}.jsonl",

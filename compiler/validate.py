@@ -17,9 +17,6 @@ from .catalog import load_catalog
 from .errors import CardError, Problem
 from .schema import card_schema
 
-# Fields that only some methods read; a card setting one its method ignores is told so.
-METHOD_FIELDS = ("group_size", "prompts_per_step", "batch_size", "advantage_std")
-
 
 @cache
 def _validator() -> jsonschema.protocols.Validator:
@@ -98,6 +95,26 @@ def _type_name(value: object) -> str:
     }.get(type(value), type(value).__name__)
 
 
+def fit_problems(signal: str, method: str, task: str) -> list[tuple[str, str]]:
+    """Whether a signal, a method and a task fit together: (field, message) for each that does not.
+    `rtc validate` and `rtc new` both ask this."""
+    catalog = load_catalog()
+    problems = []
+    spec = catalog.methods[method]
+    if spec.signal != signal:
+        fits = sorted(m for m, s in catalog.methods.items() if s.signal == signal)
+        message = (
+            f"method {method} learns from {spec.signal}, not {signal}; for {signal} use: {', '.join(fits)}"
+        )
+        problems.append(("method", message))
+    if signal not in catalog.tasks[task].signals:
+        fits = sorted(t for t, s in catalog.tasks.items() if signal in s.signals)
+        problems.append(
+            ("task", f"task {task} does not fit signal {signal}; for {signal} use: {', '.join(fits)}")
+        )
+    return problems
+
+
 def rule_problems(card: RawCard) -> list[Problem]:
     """Cross-field rules. Only run on a card that passed the schema, so the types are right."""
     catalog = load_catalog()
@@ -108,24 +125,8 @@ def rule_problems(card: RawCard) -> list[Problem]:
     task = catalog.tasks[data["task"]]
     model = catalog.models[data["model"]]
 
-    if method.signal != signal.name:
-        fits = sorted(m for m, spec in catalog.methods.items() if spec.signal == signal.name)
-        problems.append(
-            card.problem(
-                ("method",),
-                f"method {method.name} learns from {method.signal}, not {signal.name}; "
-                f"for {signal.name} use: {', '.join(fits)}",
-            )
-        )
-    if signal.name not in task.signals:
-        fits = sorted(t for t, spec in catalog.tasks.items() if signal.name in spec.signals)
-        problems.append(
-            card.problem(
-                ("task",),
-                f"task {task.name} does not fit signal {signal.name}; "
-                f"for {signal.name} use: {', '.join(fits)}",
-            )
-        )
+    for field, message in fit_problems(signal.name, method.name, task.name):
+        problems.append(card.problem((field,), message))
     loss_name = data.get("loss", method.default_loss)
     if loss_name not in method.losses:
         problems.append(
@@ -159,7 +160,8 @@ def rule_problems(card: RawCard) -> list[Problem]:
                 )
             )
 
-    for name in METHOD_FIELDS:
+    per_method = [f.name for f in catalog.fields.values() if f.per_method]
+    for name in per_method:
         if name in data and name not in method.uses:
             users = sorted(m for m, spec in catalog.methods.items() if name in spec.uses)
             problems.append(

@@ -17,16 +17,20 @@ Tinker primitives used in this file:
 Run it on Tinker:
   pip install tinker==0.38.0
   export TINKER_API_KEY=tml-...
-  python dpo-chat-llama3.py --data recipes/data/dpo-chat.jsonl --eval-data
-    recipes/data/dpo-chat.eval.jsonl
+  python dpo-chat-llama3.py \
+    --data recipes/data/dpo-chat.jsonl \
+    --eval-data recipes/data/dpo-chat.eval.jsonl
 
 Run it on this machine (rtc serve trains a small local model on the CPU):
-  rtc run dpo-chat-llama3.py --data recipes/data/dpo-chat.jsonl --eval-data
-    recipes/data/dpo-chat.eval.jsonl
+  rtc run dpo-chat-llama3.py \
+    --data recipes/data/dpo-chat.jsonl \
+    --eval-data recipes/data/dpo-chat.eval.jsonl
 
 Check the data and the run plan without network or API key:
-  python dpo-chat-llama3.py --dry-run --data recipes/data/dpo-chat.jsonl --eval-data
-    recipes/data/dpo-chat.eval.jsonl
+  python dpo-chat-llama3.py \
+    --dry-run \
+    --data recipes/data/dpo-chat.jsonl \
+    --eval-data recipes/data/dpo-chat.eval.jsonl
 
 Dataset JSONL, one object per line (--data, and --eval-data for a held-out set that is scored,
 never trained on):
@@ -59,6 +63,7 @@ import socket
 import sys
 import time
 import urllib.parse
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,8 +80,7 @@ LEARNING_RATE = 1e-05  # --lr: Adam learning rate (from the card)
 STEPS = 60  # --steps: optimizer steps in the whole run
 RUN_NAME = Path(__file__).stem  # --out: names checkpoints and the log directory
 BATCH_SIZE = 8  # --batch-size: preference pairs per step
-DPO_BETA = 0.1  # --beta: inverse temperature of the preference model
-MAX_TOKENS = 256  # --max-tokens: longest sampled completion, in tokens
+MAX_TOKENS = 256  # --max-tokens: longest final sample, in tokens
 TEMPERATURE = 0.7  # --temperature: sampling temperature
 TOP_P = 1.0  # nucleus sampling; 1.0 = off
 EVAL_EVERY = 10  # --eval-every: score --eval-data every N steps; 0 = never
@@ -89,6 +93,180 @@ END_OF_TURN = ["<|eot_id|>"]  # from the catalog; checked against the tokenizer 
 ADAM_BETAS = (0.9, 0.95)
 ADAM_EPS = 1e-8  # the usual value for LoRA; the SDK's default (1e-12) is for full fine-tuning
 TINKER_URL = "https://tinker.thinkingmachines.dev/services/tinker-prod"  # unless TINKER_BASE_URL is set
+DPO_BETA = 0.1  # --beta: inverse temperature of the preference model
+
+
+# ======== The method: dpo ========
+
+
+def sft_datum(prompt: list[int], completion: list[int]) -> types.Datum:
+    """Next-token datum: inputs are tokens[:-1], targets tokens[1:], weight 1 on completion targets only."""
+    tokens = prompt + completion
+    weights = [0.0] * (len(prompt) - 1) + [1.0] * len(completion)
+    return types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={"target_tokens": tokens[1:], "weights": weights},
+    )
+
+
+def pair_datums(fmt: ChatFormat, row: dict) -> list[types.Datum]:
+    """The chosen and the rejected completion, each a datum over the same rendered prompt."""
+    chosen, rejected = fmt.completion(row["chosen"]), fmt.completion(row["rejected"])
+    prompt = fmt.prompt(as_messages(row["prompt"]), room=max(len(chosen), len(rejected)))
+    return [sft_datum(prompt, chosen), sft_datum(prompt, rejected)]
+
+
+def completion_logprob(logprobs: list[float], datum: types.Datum) -> float:
+    """Summed logprob of the completion tokens (weight 1) of a datum."""
+    return sum(lp for lp, w in zip(logprobs, datum.loss_fn_inputs["weights"].data, strict=True) if w > 0)
+
+
+class Reference:
+    """The frozen initial weights: summed completion logprobs, computed once per sequence."""
+
+    def __init__(self, sampler, path: str):
+        self.sampler = sampler
+        self.path = path  # tinker:// path of the saved weights, kept in every checkpoint record
+        self.cache: dict[tuple[int, ...], float] = {}
+
+    async def logprobs(self, datums: list[types.Datum]) -> list[float]:
+        # A datum's full sequence: its inputs plus the last target token.
+        keys = [(*d.model_input.to_ints(), d.loss_fn_inputs["target_tokens"].data[-1]) for d in datums]
+        missing = {key: datum for key, datum in zip(keys, datums, strict=True) if key not in self.cache}
+        # All reference requests at once: they are independent sampler calls.
+        results = await asyncio.gather(
+            *(self.sampler.compute_logprobs(types.ModelInput.from_ints(list(key))) for key in missing)
+        )
+        for (key, datum), logprobs in zip(missing.items(), results, strict=True):
+            self.cache[key] = completion_logprob(logprobs[1:], datum)  # entry 0 has no context: None
+        return [self.cache[key] for key in keys]
+
+
+def dpo_stats(policy: list[float], reference: list[float], beta: float) -> dict:
+    """Loss, accuracy, margin and rewards of interleaved [chosen, rejected, ...] logprob sums."""
+    chosen = [beta * (p - r) for p, r in zip(policy[0::2], reference[0::2], strict=True)]
+    rejected = [beta * (p - r) for p, r in zip(policy[1::2], reference[1::2], strict=True)]
+    margins = [c - r for c, r in zip(chosen, rejected, strict=True)]
+    n = len(margins)
+    return {
+        # -log(sigmoid(m)) written stably as log(1 + exp(-m)).
+        "loss": sum(math.log1p(math.exp(-m)) if m > -30 else -m for m in margins) / n,
+        "accuracy": sum(m > 0 for m in margins) / n,
+        "margin": sum(margins) / n,
+        "chosen_reward": sum(chosen) / n,
+        "rejected_reward": sum(rejected) / n,
+    }
+
+
+def dpo_loss(reference: list[float], beta: float):
+    """The loss function for forward_backward_custom: it receives the policy's per-token logprobs."""
+    import torch  # forward_backward_custom needs torch; imported here so --dry-run does not
+
+    def loss_fn(data: list[types.Datum], logprobs_list: list) -> tuple:
+        weights = [d.loss_fn_inputs["weights"].to_torch() for d in data]
+        sums = torch.stack([(lp * w).sum() for lp, w in zip(logprobs_list, weights, strict=True)])
+        ref = torch.tensor(reference, dtype=sums.dtype)
+        margins = beta * ((sums[0::2] - ref[0::2]) - (sums[1::2] - ref[1::2]))
+        loss = -torch.nn.functional.logsigmoid(margins).mean()
+        stats = dpo_stats(sums.detach().tolist(), reference, beta)
+        return loss, {f"dpo/{name}:mean": value for name, value in stats.items() if name != "loss"}
+
+    return loss_fn
+
+
+async def evaluate(
+    training, fmt: ChatFormat, eval_rows: list[dict], log: RunLog, args, step: int, reference: Reference
+) -> None:
+    """DPO loss and accuracy on held-out pairs under the current weights (forward only, no update)."""
+    datums_D = [datum for row in eval_rows for datum in pair_datums(fmt, row)]
+    output_future = training.forward(datums_D, "cross_entropy")
+    ref = await reference.logprobs(datums_D)
+    output = await output_future
+    policy = [
+        completion_logprob(out["logprobs"].data, datum)
+        for out, datum in zip(output.loss_fn_outputs, datums_D, strict=True)
+    ]
+    stats = dpo_stats(policy, ref, args.beta)
+    record = {"step": step, "split": "eval", **{f"eval/{k}": v for k, v in stats.items()}}
+    log.write({**record, "eval/n_datums": len(datums_D)})
+    print(
+        f"step {step:4d} | eval loss {stats['loss']:.4f} | accuracy {stats['accuracy']:.2f}"
+        f" | {len(eval_rows)} pairs"
+    )
+
+
+def dry_run(args, rows: list[dict], tokenizer) -> None:
+    row = rows_for_step(rows, 0, 1, args.seed)[0]
+    show_prompt("first prompt:", as_messages(row["prompt"]), tokenizer)
+    print(f"  chosen:   {prompt_preview(row['chosen'])}")
+    print(f"  rejected: {prompt_preview(row['rejected'])}")
+    print("dry run: data and plan are fine; nothing was sent")
+
+
+async def train(
+    run: Session, log: RunLog, args, rows: list[dict], eval_rows: list[dict], stop: StopFlag
+) -> None:
+    # ---- Setup ----
+    training, fmt = run.training, run.fmt
+    adam = adam_params(args)
+    # The reference policy is the initial weights, saved once; a resumed run reuses the same one.
+    if run.checkpoint:
+        reference_path = run.checkpoint["reference"]
+    else:
+        reference_path = (await training.save_weights_for_sampler(f"{args.out}-reference")).path
+        print(f"reference policy: {reference_path}")
+    reference = Reference(await run.service.create_sampling_client(model_path=reference_path), reference_path)
+    for step in range(run.start, args.steps):
+        # ---- Eval: held-out rows, never trained on ----
+        if eval_rows and args.eval_every and step % args.eval_every == 0:
+            await evaluate(training, fmt, eval_rows, log, args, step, reference)
+        started = time.monotonic()
+        batch = rows_for_step(rows, step, args.batch_size, args.seed)
+
+        # ---- Score: the frozen reference's logprobs of both completions of every pair ----
+        datums_D = [datum for row in batch for datum in pair_datums(fmt, row)]
+        ref_logprobs = await reference.logprobs(datums_D)
+        metrics = {
+            "train/n_datums": len(datums_D),
+            "train/truncated": fmt.truncated,  # prompts cut to MAX_LENGTH so far in this run
+            "optim/lr": args.lr,
+        }
+
+        # ---- Train step: submit both, then wait; the optimizer step queues behind the gradients ----
+        fwd_bwd = training.forward_backward_custom(datums_D, dpo_loss(ref_logprobs, args.beta))
+        optim = training.optim_step(adam)
+        output = await fwd_bwd
+        metrics["train/loss"] = output.metrics["loss:sum"]  # the loss function already averages over pairs
+        for name in ("accuracy", "margin", "chosen_reward", "rejected_reward"):
+            metrics[f"train/{name}"] = output.metrics[f"dpo/{name}:mean"]
+        metrics.update(optim_metrics(await optim))
+
+        # ---- Log ----
+        record = {
+            "step": step,
+            "split": "train",
+            **metrics,
+            "time/step": round(time.monotonic() - started, 3),
+        }
+        log.write(record)
+        print(
+            f"step {step:4d} | loss {record['train/loss']:.4f} | accuracy {record['train/accuracy']:.2f}"
+            f" | margin {record['train/margin']:+.3f} | {record['time/step']:.1f}s"
+        )
+
+        # ---- Checkpoint ----
+        if step == args.steps - 1 or stop.set or (args.save_every and (step + 1) % args.save_every == 0):
+            await save_checkpoint(training, log, args.out, step, reference=reference.path)
+        if stop.set:
+            return
+    # ---- Final eval, and what the trained weights answer ----
+    if eval_rows and args.eval_every:
+        await evaluate(training, fmt, eval_rows, log, args, args.steps, reference)
+    await show_sample(training, fmt, (eval_rows or rows)[0], args)
+
+
+# ======== Plumbing: the same in every loop rtc writes (flags, data, chat format, logging, ========
+# ======== checkpoints, connection, Ctrl-C). Nothing below is specific to dpo. ========
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -138,7 +316,8 @@ class DataError(Exception):
     """A problem in a dataset file, reported as `file:line: message`."""
 
 
-ROW_TYPES = {"prompt": (str, list), "chosen": str, "rejected": str}
+# The keys of a row and what each holds: messages (a string or chat messages), text, object.
+ROW_KEYS = {"prompt": "messages", "chosen": "text", "rejected": "text"}
 ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -169,13 +348,14 @@ def load_dataset(path: str) -> list[dict]:
 def check_row(row: object, where: str) -> None:
     if not isinstance(row, dict):
         raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
-    missing = [key for key in ROW_TYPES if key not in row]
+    missing = [key for key in ROW_KEYS if key not in row]
     if missing:
-        raise DataError(f"{where}: missing key(s) {', '.join(missing)}; a row needs {', '.join(ROW_TYPES)}")
-    check_prompt(row["prompt"], where)
-    for key, kind in ROW_TYPES.items():
-        if key != "prompt" and not isinstance(row[key], kind):
-            raise DataError(f"{where}: {key!r} must be a {kind.__name__}, got {type(row[key]).__name__}")
+        raise DataError(f"{where}: missing key(s) {', '.join(missing)}; a row needs {', '.join(ROW_KEYS)}")
+    for key, kind in ROW_KEYS.items():
+        if kind == "messages":
+            check_prompt(row[key], where)
+        elif not isinstance(row[key], wanted := dict if kind == "object" else str):
+            raise DataError(f"{where}: {key!r} must be a {wanted.__name__}, got {type(row[key]).__name__}")
 
 
 def check_prompt(prompt: object, where: str) -> None:
@@ -202,10 +382,22 @@ def rows_for_step(rows: list[dict], step: int, per_step: int, seed: int) -> list
     out = []
     for i in range(step * per_step, (step + 1) * per_step):
         epoch, index = divmod(i, len(rows))
-        order = list(range(len(rows)))
-        random.Random(seed * 1_000_003 + epoch).shuffle(order)
-        out.append(rows[order[index]])
+        out.append(rows[epoch_order(len(rows), seed, epoch)[index]])
     return out
+
+
+_ORDERS: dict[tuple[int, int, int], list[int]] = {}
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
+    """The shuffled row order of one epoch, computed once per epoch."""
+    key = (n, seed, epoch)
+    if key not in _ORDERS:
+        order = list(range(n))
+        random.Random(seed * 1_000_003 + epoch).shuffle(order)
+        _ORDERS.clear()  # one epoch (two at a boundary) is all a run needs at a time
+        _ORDERS[key] = order
+    return _ORDERS[key]
 
 
 def as_messages(prompt: str | list[dict]) -> list[dict]:
@@ -293,6 +485,11 @@ class RunLog:
         partial = self.metrics.with_name(self.metrics.name + ".tmp")
         partial.write_text("".join(line + "\n" for line in kept))
         partial.replace(self.metrics)  # atomic: a crash here cannot lose the log
+
+
+def optim_metrics(result) -> dict:
+    """optim_step's metrics (`grad_norm:mean`, ...) as `optim/grad_norm`, ..."""
+    return {f"optim/{key.split(':')[0]}": value for key, value in (result.metrics or {}).items()}
 
 
 async def save_checkpoint(training, log: RunLog, out: str, step: int, **extra) -> str:
@@ -428,166 +625,6 @@ class StopFlag:
             raise KeyboardInterrupt
         self.set = True
         print("\ninterrupted: finishing this step and saving a checkpoint (Ctrl-C again to stop now)")
-
-
-# ---- Direct preference optimisation ----
-
-
-def sft_datum(prompt: list[int], completion: list[int]) -> types.Datum:
-    """Next-token datum: inputs are tokens[:-1], targets tokens[1:], weight 1 on completion targets only."""
-    tokens = prompt + completion
-    weights = [0.0] * (len(prompt) - 1) + [1.0] * len(completion)
-    return types.Datum(
-        model_input=types.ModelInput.from_ints(tokens[:-1]),
-        loss_fn_inputs={"target_tokens": tokens[1:], "weights": weights},
-    )
-
-
-def pair_datums(fmt: ChatFormat, row: dict) -> list[types.Datum]:
-    """The chosen and the rejected completion, each a datum over the same rendered prompt."""
-    chosen, rejected = fmt.completion(row["chosen"]), fmt.completion(row["rejected"])
-    prompt = fmt.prompt(as_messages(row["prompt"]), room=max(len(chosen), len(rejected)))
-    return [sft_datum(prompt, chosen), sft_datum(prompt, rejected)]
-
-
-def completion_logprob(logprobs: list[float], datum: types.Datum) -> float:
-    """Summed logprob of the completion tokens (weight 1) of a datum."""
-    return sum(lp for lp, w in zip(logprobs, datum.loss_fn_inputs["weights"].data, strict=True) if w > 0)
-
-
-class Reference:
-    """The frozen initial weights: summed completion logprobs, computed once per sequence."""
-
-    def __init__(self, sampler):
-        self.sampler = sampler
-        self.cache: dict[tuple[int, ...], float] = {}
-
-    async def logprobs(self, datums: list[types.Datum]) -> list[float]:
-        # A datum's full sequence: its inputs plus the last target token.
-        keys = [(*d.model_input.to_ints(), d.loss_fn_inputs["target_tokens"].data[-1]) for d in datums]
-        missing = {key: datum for key, datum in zip(keys, datums, strict=True) if key not in self.cache}
-        # All reference requests at once: they are independent sampler calls.
-        results = await asyncio.gather(
-            *(self.sampler.compute_logprobs(types.ModelInput.from_ints(list(key))) for key in missing)
-        )
-        for (key, datum), logprobs in zip(missing.items(), results, strict=True):
-            self.cache[key] = completion_logprob(logprobs[1:], datum)  # entry 0 has no context: None
-        return [self.cache[key] for key in keys]
-
-
-def dpo_stats(policy: list[float], reference: list[float], beta: float) -> dict:
-    """Loss, accuracy, margin and rewards of interleaved [chosen, rejected, ...] logprob sums."""
-    chosen = [beta * (p - r) for p, r in zip(policy[0::2], reference[0::2], strict=True)]
-    rejected = [beta * (p - r) for p, r in zip(policy[1::2], reference[1::2], strict=True)]
-    margins = [c - r for c, r in zip(chosen, rejected, strict=True)]
-    n = len(margins)
-    return {
-        # -log(sigmoid(m)) written stably as log(1 + exp(-m)).
-        "loss": sum(math.log1p(math.exp(-m)) if m > -30 else -m for m in margins) / n,
-        "accuracy": sum(m > 0 for m in margins) / n,
-        "margin": sum(margins) / n,
-        "chosen_reward": sum(chosen) / n,
-        "rejected_reward": sum(rejected) / n,
-    }
-
-
-def dpo_loss(reference: list[float], beta: float):
-    """The loss function for forward_backward_custom: it receives the policy's per-token logprobs."""
-    import torch  # forward_backward_custom needs torch; imported here so --dry-run does not
-
-    def loss_fn(data: list[types.Datum], logprobs_list: list) -> tuple:
-        weights = [d.loss_fn_inputs["weights"].to_torch() for d in data]
-        sums = torch.stack([(lp * w).sum() for lp, w in zip(logprobs_list, weights, strict=True)])
-        ref = torch.tensor(reference, dtype=sums.dtype)
-        margins = beta * ((sums[0::2] - ref[0::2]) - (sums[1::2] - ref[1::2]))
-        loss = -torch.nn.functional.logsigmoid(margins).mean()
-        stats = dpo_stats(sums.detach().tolist(), reference, beta)
-        return loss, {f"dpo/{name}:mean": value for name, value in stats.items() if name != "loss"}
-
-    return loss_fn
-
-
-async def evaluate(
-    training, fmt: ChatFormat, reference: Reference, eval_rows: list[dict], log: RunLog, args, step: int
-) -> None:
-    """DPO loss and accuracy on held-out pairs under the current weights (forward only, no update)."""
-    datums = [datum for row in eval_rows for datum in pair_datums(fmt, row)]
-    output_future = training.forward(datums, "cross_entropy")
-    ref = await reference.logprobs(datums)
-    output = await output_future
-    policy = [
-        completion_logprob(out["logprobs"].data, datum)
-        for out, datum in zip(output.loss_fn_outputs, datums, strict=True)
-    ]
-    stats = dpo_stats(policy, ref, args.beta)
-    log.write({"step": step, "split": "eval", **stats, "n_datums": len(datums)})
-    print(
-        f"step {step:4d} | eval loss {stats['loss']:.4f} | accuracy {stats['accuracy']:.2f}"
-        f" | {len(eval_rows)} pairs"
-    )
-
-
-def dry_run(args, rows: list[dict], tokenizer) -> None:
-    row = rows_for_step(rows, 0, 1, args.seed)[0]
-    show_prompt("first prompt:", as_messages(row["prompt"]), tokenizer)
-    print(f"  chosen:   {prompt_preview(row['chosen'])}")
-    print(f"  rejected: {prompt_preview(row['rejected'])}")
-    print("dry run: data and plan are fine; nothing was sent")
-
-
-async def train(
-    run: Session, log: RunLog, args, rows: list[dict], eval_rows: list[dict], stop: StopFlag
-) -> None:
-    training, fmt = run.training, run.fmt
-    # The reference policy is the initial weights, saved once; a resumed run reuses the same one.
-    if run.checkpoint:
-        reference_path = run.checkpoint["reference"]
-    else:
-        reference_path = (await training.save_weights_for_sampler(f"{args.out}-reference")).path
-        print(f"reference policy: {reference_path}")
-    reference = Reference(await run.service.create_sampling_client(model_path=reference_path))
-    adam = adam_params(args)
-    for step in range(run.start, args.steps):
-        if eval_rows and args.eval_every and step % args.eval_every == 0:
-            await evaluate(training, fmt, reference, eval_rows, log, args, step)
-        started = time.monotonic()
-        batch = rows_for_step(rows, step, args.batch_size, args.seed)
-        datums = [datum for row in batch for datum in pair_datums(fmt, row)]
-        ref = await reference.logprobs(datums)
-
-        # Submit both, then wait: the optimizer step queues behind the gradients on the server.
-        fwd_bwd = training.forward_backward_custom(datums, dpo_loss(ref, args.beta))
-        optim = training.optim_step(adam)
-        output = await fwd_bwd
-        await optim
-
-        metrics = output.metrics
-        record = {
-            "step": step,
-            "split": "train",
-            "loss": metrics["loss:sum"],  # the loss function already averages over pairs
-            "n_datums": len(datums),
-            "accuracy": metrics["dpo/accuracy:mean"],
-            "margin": metrics["dpo/margin:mean"],
-            "chosen_reward": metrics["dpo/chosen_reward:mean"],
-            "rejected_reward": metrics["dpo/rejected_reward:mean"],
-            "truncated": fmt.truncated,  # prompts cut to MAX_LENGTH so far in this run
-            "lr": args.lr,
-            "time_s": round(time.monotonic() - started, 3),
-        }
-        log.write(record)
-        print(
-            f"step {step:4d} | loss {record['loss']:.4f} | accuracy {record['accuracy']:.2f}"
-            f" | margin {record['margin']:+.3f} | {record['time_s']:.1f}s"
-        )
-        last = step == args.steps - 1
-        if last or stop.set or (args.save_every and (step + 1) % args.save_every == 0):
-            await save_checkpoint(training, log, args.out, step, reference=reference_path)
-        if stop.set:
-            return
-    if eval_rows and args.eval_every:
-        await evaluate(training, fmt, reference, eval_rows, log, args, args.steps)
-    await show_sample(training, fmt, (eval_rows or rows)[0], args)
 
 
 async def run_session(args, rows: list[dict], eval_rows: list[dict], stop: StopFlag) -> None:

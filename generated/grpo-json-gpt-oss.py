@@ -18,16 +18,20 @@ Tinker primitives used in this file:
 Run it on Tinker:
   pip install tinker==0.38.0
   export TINKER_API_KEY=tml-...
-  python grpo-json-gpt-oss.py --data recipes/data/json-extract.jsonl --eval-data
-    recipes/data/json-extract.eval.jsonl
+  python grpo-json-gpt-oss.py \
+    --data recipes/data/json-extract.jsonl \
+    --eval-data recipes/data/json-extract.eval.jsonl
 
 Run it on this machine (rtc serve trains a small local model on the CPU):
-  rtc run grpo-json-gpt-oss.py --data recipes/data/json-extract.jsonl --eval-data
-    recipes/data/json-extract.eval.jsonl
+  rtc run grpo-json-gpt-oss.py \
+    --data recipes/data/json-extract.jsonl \
+    --eval-data recipes/data/json-extract.eval.jsonl
 
 Check the data and the run plan without network or API key:
-  python grpo-json-gpt-oss.py --dry-run --data recipes/data/json-extract.jsonl --eval-data
-    recipes/data/json-extract.eval.jsonl
+  python grpo-json-gpt-oss.py \
+    --dry-run \
+    --data recipes/data/json-extract.jsonl \
+    --eval-data recipes/data/json-extract.eval.jsonl
 
 Dataset JSONL, one object per line (--data, and --eval-data for a held-out set that is scored,
 never trained on):
@@ -63,6 +67,7 @@ import socket
 import sys
 import time
 import urllib.parse
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,7 +86,8 @@ STEPS = 50  # --steps: optimizer steps in the whole run
 RUN_NAME = Path(__file__).stem  # --out: names checkpoints and the log directory
 GROUP_SIZE = 8  # --group-size: samples per prompt; advantages compare the samples of a prompt
 PROMPTS_PER_STEP = 8  # --prompts-per-step: prompts per step
-MAX_TOKENS = 1024  # --max-tokens: longest sampled completion, in tokens
+ADVANTAGE_STD = True  # divide advantages by the group's reward std
+MAX_TOKENS = 1024  # --max-tokens: longest rollout, in tokens
 TEMPERATURE = 1.0  # --temperature: sampling temperature
 TOP_P = 1.0  # nucleus sampling; 1.0 = off
 EVAL_EVERY = 10  # --eval-every: score --eval-data every N steps; 0 = never
@@ -94,356 +100,30 @@ END_OF_TURN = ["<|return|>", "<|call|>"]  # from the catalog; checked against th
 ADAM_BETAS = (0.9, 0.95)
 ADAM_EPS = 1e-8  # the usual value for LoRA; the SDK's default (1e-12) is for full fine-tuning
 TINKER_URL = "https://tinker.thinkingmachines.dev/services/tinker-prod"  # unless TINKER_BASE_URL is set
-
 LOSS = "dro"  # built-in loss: importance_sampling, ppo, cispo or dro
 LOSS_CONFIG = {"beta": 0.05}  # loss_fn_config of the loss
-ADVANTAGE_STD = True  # divide advantages by the group's reward std
 EVAL_SAMPLES = 4  # samples per held-out prompt at eval (at --temperature)
 VERIFY_WORKERS = 8  # completions verified in parallel (threads; the code task runs subprocesses)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n", 1)[0],
-        epilog="Run settings default to the constants at the top of this file.",
-    )
-    parser.add_argument("--data", help="training JSONL (schema in this file's docstring)", required=True)
-    parser.add_argument("--eval-data", help="held-out JSONL, same schema; scored, never trained on")
-    parser.add_argument("--eval-every", type=int, default=EVAL_EVERY, help="eval every N steps; 0 = never")
-    parser.add_argument("--save-every", type=int, default=SAVE_EVERY, help="save every N steps; 0 = end")
-    parser.add_argument("--log", help="metrics JSONL (default: runs/<out>/metrics.jsonl)")
-    parser.add_argument("--steps", type=int, default=STEPS, help="optimizer steps")
-    parser.add_argument("--rank", type=int, default=LORA_RANK, help="LoRA rank")
-    parser.add_argument("--lr", type=float, default=LEARNING_RATE, help="Adam learning rate")
-    parser.add_argument("--out", default=RUN_NAME, help="run name: names checkpoints and the log directory")
-    parser.add_argument("--seed", type=int, default=SEED, help="data order and sampling seed")
-    parser.add_argument(
-        "--resume",
-        nargs="?",
-        const="latest",
-        help="continue after a checkpoint: a tinker:// path from checkpoints.jsonl; no value = the latest",
-    )
-    parser.add_argument("--group-size", type=int, default=GROUP_SIZE, help="samples per prompt")
-    parser.add_argument("--prompts-per-step", type=int, default=PROMPTS_PER_STEP, help="prompts per step")
-    parser.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help="longest rollout, in tokens")
-    parser.add_argument("--temperature", type=float, default=TEMPERATURE, help="sampling temperature")
-    parser.add_argument("--model", default=BASE_MODEL, help="base model to train")
-    parser.add_argument("--dry-run", action="store_true", help="check data, print the plan; no network")
-    args = parser.parse_args(argv)
-    for name in ("steps", "rank", "max_tokens", "group_size", "prompts_per_step"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    if args.lr <= 0:
-        parser.error("--lr must be greater than 0")
-    if args.log is None:
-        args.log = str(Path("runs") / args.out / "metrics.jsonl")
-    return args
-
-
-# ---- Data ----
-
-
-class DataError(Exception):
-    """A problem in a dataset file, reported as `file:line: message`."""
-
-
-ROW_TYPES = {"prompt": (str, list), "metadata": dict}
-ROLES = ("system", "user", "assistant", "tool")
-
-
-def load_dataset(path: str) -> list[dict]:
-    """Read a JSONL dataset and check every row; raise DataError naming the file and line."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    rows = []
-    for line_no, line in enumerate(text.split("\n"), 1):  # not splitlines(): JSON strings may hold U+2028
-        if not line.strip():
-            continue
-        where = f"{path}:{line_no}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-        check_row(row, where)
-        rows.append(row)
-    if not rows:
-        raise DataError(f"{path}: no rows; expected one JSON object per line")
-    return rows
-
-
-def check_row(row: object, where: str) -> None:
-    if not isinstance(row, dict):
-        raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
-    missing = [key for key in ROW_TYPES if key not in row]
-    if missing:
-        raise DataError(f"{where}: missing key(s) {', '.join(missing)}; a row needs {', '.join(ROW_TYPES)}")
-    check_prompt(row["prompt"], where)
-    for key, kind in ROW_TYPES.items():
-        if key != "prompt" and not isinstance(row[key], kind):
-            raise DataError(f"{where}: {key!r} must be a {kind.__name__}, got {type(row[key]).__name__}")
-
-
-def check_prompt(prompt: object, where: str) -> None:
-    if isinstance(prompt, str):
-        if not prompt.strip():
-            raise DataError(f"{where}: 'prompt' is empty")
-        return
-    if not isinstance(prompt, list) or not prompt:
-        raise DataError(f"{where}: 'prompt' must be a string or a non-empty list of chat messages")
-    for i, message in enumerate(prompt):
-        if (
-            not isinstance(message, dict)
-            or message.get("role") not in ROLES
-            or not isinstance(message.get("content"), str)
-        ):
-            raise DataError(
-                f'{where}: prompt[{i}] must be {{"role": one of {", ".join(ROLES)}, "content": str}}'
-            )
-
-
-def rows_for_step(rows: list[dict], step: int, per_step: int, seed: int) -> list[dict]:
-    """The rows of one step: a fresh shuffle per epoch, the same for the same seed, so a resumed
-    run sees exactly the rows an uninterrupted run would have seen."""
-    out = []
-    for i in range(step * per_step, (step + 1) * per_step):
-        epoch, index = divmod(i, len(rows))
-        order = list(range(len(rows)))
-        random.Random(seed * 1_000_003 + epoch).shuffle(order)
-        out.append(rows[order[index]])
-    return out
-
-
-def as_messages(prompt: str | list[dict]) -> list[dict]:
-    """A row's prompt as chat messages, with SYSTEM_PROMPT first unless the row has a system message."""
-    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-    if SYSTEM_PROMPT and messages[0]["role"] != "system":
-        messages.insert(0, {"role": "system", "content": SYSTEM_PROMPT})
-    return messages
-
-
-# ---- Chat template and tokens ----
-
-
-class ChatFormat:
-    """Renders prompts with the model's own chat template and ends completions with its end of turn."""
-
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-        ids = [tokenizer.convert_tokens_to_ids(token) for token in END_OF_TURN]
-        if END_OF_TURN and all(isinstance(i, int) and i != tokenizer.unk_token_id for i in ids):
-            self.end_of_turn = ids
-        else:
-            # Another model (--model, or a local server's stand-in) has other special tokens.
-            self.end_of_turn = [tokenizer.eos_token_id]
-            print(f"note: end of turn taken from the tokenizer: {tokenizer.eos_token!r}")
-        self.truncated = 0  # prompts cut from the left to fit MAX_LENGTH, reported in the metrics
-
-    def prompt(self, messages: list[dict], room: int) -> list[int]:
-        """Token ids of the rendered prompt, ready for the assistant's turn, leaving `room` tokens."""
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        tokens = self.tokenizer.encode(text, add_special_tokens=False)
-        budget = max(MAX_LENGTH - room, 1)
-        if len(tokens) > budget:
-            self.truncated += 1
-            tokens = tokens[-budget:]
-        return tokens
-
-    def completion(self, text: str) -> list[int]:
-        """Token ids of an assistant completion, closed with the end-of-turn token."""
-        tokens = self.tokenizer.encode(text, add_special_tokens=False)[: MAX_LENGTH - 1]
-        return tokens + self.end_of_turn[:1]
-
-    def decode(self, tokens: list[int]) -> str:
-        return self.tokenizer.decode(tokens, skip_special_tokens=True)
-
-
-# ---- Metrics and checkpoints ----
-
-
-class RunLog:
-    """metrics.jsonl and checkpoints.jsonl, side by side in one directory."""
-
-    def __init__(self, metrics_path: str):
-        self.metrics = Path(metrics_path)
-        self.checkpoints = self.metrics.with_name("checkpoints.jsonl")
-        self.metrics.parent.mkdir(parents=True, exist_ok=True)
-
-    def write(self, record: dict) -> None:
-        with self.metrics.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
-
-    def checkpoint(self, record: dict) -> None:
-        with self.checkpoints.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
-
-    def find_checkpoint(self, wanted: str) -> dict:
-        """The checkpoints.jsonl record for a tinker:// path, or the latest for "latest"."""
-        records = []
-        if self.checkpoints.exists():
-            records = [json.loads(line) for line in self.checkpoints.read_text().splitlines() if line.strip()]
-        if wanted == "latest":
-            if not records:
-                raise SystemExit(f"error: --resume: no checkpoints in {self.checkpoints}")
-            return records[-1]
-        for record in reversed(records):
-            if record["path"] == wanted:
-                return record
-        raise SystemExit(f"error: --resume: {wanted} is not listed in {self.checkpoints}")
-
-    def forget_after(self, step: int) -> None:
-        """Drop metrics of steps after `step`: a resumed run redoes them, so none is logged twice."""
-        if not self.metrics.exists():
-            return
-        kept = [line for line in self.metrics.read_text().splitlines() if json.loads(line)["step"] <= step]
-        partial = self.metrics.with_name(self.metrics.name + ".tmp")
-        partial.write_text("".join(line + "\n" for line in kept))
-        partial.replace(self.metrics)  # atomic: a crash here cannot lose the log
-
-
-async def save_checkpoint(training, log: RunLog, out: str, step: int, **extra) -> str:
-    """save_state (weights + optimizer) after `step`, listed in checkpoints.jsonl for --resume."""
-    name = f"{out}-step-{step:06d}"
-    saved = await training.save_state(name)
-    log.checkpoint({"step": step, "name": name, "path": saved.path, **extra})
-    print(f"checkpoint step {step}: {saved.path}")
-    return saved.path
-
-
-def check_reachable() -> None:
-    """Fail fast when the service cannot be reached: the SDK itself retries for minutes."""
-    url = urllib.parse.urlsplit(os.environ.get("TINKER_BASE_URL") or TINKER_URL)
-    if urllib.request.getproxies() and not urllib.request.proxy_bypass(url.hostname or ""):
-        return  # behind a proxy a direct connection proves nothing; the SDK goes through the proxy
-    port = url.port or (443 if url.scheme == "https" else 80)
-    try:
-        socket.create_connection((url.hostname, port), timeout=10).close()
-    except OSError as exc:
-        raise SystemExit(
-            f"error: cannot reach Tinker at {url.geturl()} ({exc.strerror or exc}). "
-            "Check TINKER_BASE_URL, or start a local server with `rtc serve`."
-        ) from None
-
-
-@dataclass
-class Session:
-    service: object  # tinker.ServiceClient
-    training: object  # tinker.TrainingClient
-    fmt: ChatFormat
-    start: int  # first step to run: 0, or the step after the checkpoint resumed from
-    checkpoint: dict | None  # the checkpoints.jsonl record resumed from
-
-
-async def connect(args, log: RunLog) -> Session:
-    """Connect, then create the training client: fresh LoRA weights, or a checkpoint for --resume."""
-    if not os.environ.get("TINKER_API_KEY"):
-        raise SystemExit("error: set TINKER_API_KEY (for a local `rtc serve`, any tml-... value works)")
-    check_reachable()
-    service = tinker.ServiceClient()
-    checkpoint = None
-    if args.resume:
-        checkpoint = log.find_checkpoint(args.resume)
-        # Weights and Adam state, so the next step is the one an uninterrupted run would take.
-        training = await service.create_training_client_from_state_with_optimizer(checkpoint["path"])
-        log.forget_after(checkpoint["step"])
-        print(f"resumed from {checkpoint['path']}: continuing at step {checkpoint['step'] + 1}")
-    else:
-        training = await service.create_lora_training_client(
-            base_model=args.model, rank=args.rank, seed=args.seed
-        )
-    start = checkpoint["step"] + 1 if checkpoint else 0
-    return Session(service, training, ChatFormat(training.get_tokenizer()), start, checkpoint)
-
-
-def adam_params(args) -> types.AdamParams:
-    return types.AdamParams(learning_rate=args.lr, beta1=ADAM_BETAS[0], beta2=ADAM_BETAS[1], eps=ADAM_EPS)
-
-
-def loss_per_token(output, datums: list) -> float:
-    """The SDK reports loss:sum over weighted tokens; divide by the weight sum for a per-token loss."""
-    weight = sum(sum(datum.loss_fn_inputs["weights"].data) for datum in datums)
-    return output.metrics["loss:sum"] / max(weight, 1e-9)
-
-
-async def show_sample(training, fmt: ChatFormat, row: dict, args) -> None:
-    """Print what the trained weights answer to one prompt."""
-    sampler = await training.save_weights_and_get_sampling_client()
-    prompt = fmt.prompt(as_messages(row["prompt"]), room=args.max_tokens)
-    params = types.SamplingParams(
-        max_tokens=args.max_tokens,
-        temperature=args.temperature,
-        top_p=TOP_P,
-        stop=fmt.end_of_turn,
-        seed=args.seed,
-    )
-    response = await sampler.sample(
-        prompt=types.ModelInput.from_ints(prompt), num_samples=1, sampling_params=params
-    )
-    print("sample from the trained weights:")
-    print(f"  prompt: {prompt_preview(row['prompt'])}")
-    print(f"  answer: {fmt.decode(response.sequences[0].tokens).strip()}")
-
-
-def prompt_preview(prompt: str | list[dict]) -> str:
-    text = prompt if isinstance(prompt, str) else prompt[-1]["content"]
-    return " ".join(text.split())[:200]
-
-
-def local_tokenizer(model: str):
-    """The model's tokenizer if it is already on this machine (a directory or the Hugging Face
-    cache), else None: a dry run never touches the network."""
-    try:
-        from transformers import AutoTokenizer
-    except ImportError:
-        return None
-    try:
-        return AutoTokenizer.from_pretrained(model, local_files_only=True)
-    except (OSError, ValueError):
-        return None
-
-
-def show_prompt(title: str, messages: list[dict], tokenizer) -> None:
-    """Print a prompt rendered with the model's chat template, or as its chat messages when the
-    tokenizer is not on this machine (the template is then applied when training)."""
-    print(title)
-    if tokenizer is not None:
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        print("    " + text.replace("\n", "\n    "))
-        return
-    for message in messages:
-        content = message["content"].replace("\n", "\n" + " " * (len(message["role"]) + 7))
-        print(f"    [{message['role']}] {content}")
-
-
-def print_plan(args, rows: list[dict], eval_rows: list[dict]) -> None:
-    print(f"== {RUN_NAME}: grpo on {args.model}")
-    print(f"   data {args.data} ({len(rows)} rows), eval {args.eval_data or '-'} ({len(eval_rows)} rows)")
-    print(f"   steps {args.steps}, LoRA rank {args.rank}, lr {args.lr:g}, seed {args.seed}")
-    print(
-        f"   {args.prompts_per_step} prompts x {args.group_size} samples per step,"
-        f" max {args.max_tokens} tokens at temperature {args.temperature}"
-    )
-    print(f"   loss {LOSS}" + (f" {LOSS_CONFIG}" if LOSS_CONFIG else ""))
-    print(f"   eval every {args.eval_every or '-'}, save every {args.save_every or '-'}, log {args.log}")
-
-
-class StopFlag:
-    """First Ctrl-C: finish the step, save a checkpoint, exit. Second Ctrl-C: stop at once."""
-
-    def __init__(self):
-        self.set = False
-
-    def __call__(self, signum, frame):
-        if self.set:
-            raise KeyboardInterrupt
-        self.set = True
-        print("\ninterrupted: finishing this step and saving a checkpoint (Ctrl-C again to stop now)")
+# ======== The method: grpo ========
 
 
 # ---- Task verifier (json): verify(completion, metadata) -> {"reward", "correct", ...} ----
+# Structured-output verifier: the completion must be JSON matching metadata.schema and/or metadata.expected.
+#
+# The JSON is the whole completion, else the last ```json (or plain ```) block that parses, else the first
+# top-level {...} object in the text. The schema is a small JSON-Schema subset implemented here (type,
+# properties, required, items, enum; other keywords are ignored). Partial credit: the reward is the
+# fraction of checks passed, where the checks are
+#
+# - parsed: the completion contains JSON at all;
+# - schema: the whole document is valid against metadata.schema (when given);
+# - one per required field: present and valid against its property schema;
+# - one per expected field: present and equal to metadata.expected[field] (numbers by value, so 3 == 3.0,
+#   but true is not 1; strings exactly).
+#
+# Standard library only: this file is inlined into the generated training loop.
 
 
 _JSON_THINK_END = "</think>"
@@ -662,38 +342,37 @@ async def sample_groups(sampler, fmt: ChatFormat, rows: list[dict], args, n: int
     return [(prompt, response.sequences) for prompt, response in zip(prompts, responses, strict=True)]
 
 
-def score(pool: ThreadPoolExecutor, fmt: ChatFormat, rows: list[dict], groups: list[tuple]) -> list[list]:
+def score(fmt: ChatFormat, rows: list[dict], groups: list[tuple]) -> list[list]:
     """The verifier's verdict on every completion, in parallel, grouped like `groups`."""
     jobs = [
         (fmt.decode(seq.tokens), row["metadata"])
         for row, (_, seqs) in zip(rows, groups, strict=True)
         for seq in seqs
     ]
-    verdicts = iter(pool.map(safe_verify, jobs))
-    return [[next(verdicts) for _ in seqs] for _, seqs in groups]
+    with ThreadPoolExecutor(VERIFY_WORKERS) as pool:
+        verdicts = iter(pool.map(safe_verify, jobs))
+        return [[next(verdicts) for _ in seqs] for _, seqs in groups]
 
 
 def mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-async def evaluate(
-    training, fmt: ChatFormat, pool: ThreadPoolExecutor, eval_rows: list[dict], log: RunLog, args, step: int
-) -> None:
+async def evaluate(training, fmt: ChatFormat, eval_rows: list[dict], log: RunLog, args, step: int) -> None:
     """Mean reward and accuracy of EVAL_SAMPLES samples per held-out prompt (never trained on)."""
     sampler = await training.save_weights_and_get_sampling_client()
     groups = await sample_groups(sampler, fmt, eval_rows, args, EVAL_SAMPLES, seed=args.seed * 7_919 + step)
-    verdicts = [v for group in score(pool, fmt, eval_rows, groups) for v in group]
+    verdicts = [v for group in score(fmt, eval_rows, groups) for v in group]
     record = {
         "step": step,
         "split": "eval",
-        "reward": mean([v["reward"] for v in verdicts]),
-        "accuracy": mean([float(v.get("correct", 0.0)) for v in verdicts]),
-        "n_datums": len(verdicts),
+        "eval/reward": mean([v["reward"] for v in verdicts]),
+        "eval/accuracy": mean([float(v.get("correct", 0.0)) for v in verdicts]),
+        "eval/n_samples": len(verdicts),
     }
     log.write(record)
     print(
-        f"step {step:4d} | eval reward {record['reward']:.3f} | accuracy {record['accuracy']:.3f}"
+        f"step {step:4d} | eval reward {record['eval/reward']:.3f} | accuracy {record['eval/accuracy']:.3f}"
         f" | {len(verdicts)} samples"
     )
 
@@ -708,69 +387,439 @@ def dry_run(args, rows: list[dict], tokenizer) -> None:
 async def train(
     run: Session, log: RunLog, args, rows: list[dict], eval_rows: list[dict], stop: StopFlag
 ) -> None:
+    # ---- Setup ----
     training, fmt = run.training, run.fmt
     adam = adam_params(args)
-    with ThreadPoolExecutor(VERIFY_WORKERS) as pool:
-        for step in range(run.start, args.steps):
-            if eval_rows and args.eval_every and step % args.eval_every == 0:
-                await evaluate(training, fmt, pool, eval_rows, log, args, step)
-            started = time.monotonic()
-            batch = rows_for_step(rows, step, args.prompts_per_step, args.seed)
+    for step in range(run.start, args.steps):
+        # ---- Eval: held-out rows, never trained on ----
+        if eval_rows and args.eval_every and step % args.eval_every == 0:
+            await evaluate(training, fmt, eval_rows, log, args, step)
+        started = time.monotonic()
+        batch = rows_for_step(rows, step, args.prompts_per_step, args.seed)
 
-            # Rollouts come from the current weights: a fresh sampler every step.
-            sampler = await training.save_weights_and_get_sampling_client()
-            seed = args.seed * 1_000_003 + step * 1_000
-            groups = await sample_groups(sampler, fmt, batch, args, args.group_size, seed)
-            verdicts = score(pool, fmt, batch, groups)
+        # ---- Sample: rollouts come from the current weights, a fresh sampler every step ----
+        sampler = await training.save_weights_and_get_sampling_client()
+        seed = args.seed * 1_000_003 + step * 1_000
+        groups = await sample_groups(sampler, fmt, batch, args, args.group_size, seed)
 
-            datums, rewards, skipped = [], [], 0
-            for (prompt, sequences), group in zip(groups, verdicts, strict=True):
-                group_rewards = [verdict["reward"] for verdict in group]
-                rewards += group_rewards
-                advantages = group_advantages(group_rewards, ADVANTAGE_STD)
-                if advantages is None:
-                    skipped += 1
-                    continue
-                for sequence, advantage in zip(sequences, advantages, strict=True):
-                    datums.append(rl_datum(prompt, list(sequence.tokens), list(sequence.logprobs), advantage))
+        # ---- Score: the task verifier, then advantages within each prompt's group ----
+        verdicts = score(fmt, batch, groups)
+        datums_D, rewards_G, skipped = [], [], 0
+        for (prompt, sequences), group in zip(groups, verdicts, strict=True):
+            group_rewards = [verdict["reward"] for verdict in group]
+            rewards_G += group_rewards
+            advantages = group_advantages(group_rewards, ADVANTAGE_STD)
+            if advantages is None:
+                skipped += 1
+                continue
+            for sequence, advantage in zip(sequences, advantages, strict=True):
+                datums_D.append(rl_datum(prompt, list(sequence.tokens), list(sequence.logprobs), advantage))
+        sampled_tokens = sum(len(seq.tokens) for _, seqs in groups for seq in seqs)
+        metrics = {
+            "train/loss": None,
+            "train/n_datums": len(datums_D),
+            "train/reward": mean(rewards_G),
+            "train/accuracy": mean([float(v.get("correct", 0.0)) for group in verdicts for v in group]),
+            "train/skipped_frac": skipped / len(groups),
+            "train/sampled_tokens": sampled_tokens,
+            "train/truncated": fmt.truncated,  # prompts cut to MAX_LENGTH so far in this run
+            "optim/lr": args.lr,
+        }
 
-            loss = None
-            if datums:  # else every group was skipped: no signal, no update
-                # Submit both, then wait: the optimizer step queues behind the gradients on the server.
-                fwd_bwd = training.forward_backward(datums, LOSS, loss_fn_config=LOSS_CONFIG)
-                optim = training.optim_step(adam)
-                output = await fwd_bwd
-                await optim
-                n_tokens = sum(len(seq.tokens) for _, seqs in groups for seq in seqs)
-                loss = output.metrics["loss:sum"] / max(n_tokens, 1)
+        # ---- Train step: submit both, then wait; the optimizer step queues behind the gradients ----
+        if datums_D:  # else every group was skipped: no signal, no update
+            fwd_bwd = training.forward_backward(datums_D, LOSS, loss_fn_config=LOSS_CONFIG)
+            optim = training.optim_step(adam)
+            metrics["train/loss"] = (await fwd_bwd).metrics["loss:sum"] / max(sampled_tokens, 1)
+            metrics.update(optim_metrics(await optim))
 
-            record = {
-                "step": step,
-                "split": "train",
-                "loss": loss,
-                "n_datums": len(datums),
-                "reward": mean(rewards),
-                "accuracy": mean([float(v.get("correct", 0.0)) for group in verdicts for v in group]),
-                "skipped_frac": skipped / len(groups),
-                "sampled_tokens": sum(len(seq.tokens) for _, seqs in groups for seq in seqs),
-                "truncated": fmt.truncated,  # prompts cut to MAX_LENGTH so far in this run
-                "lr": args.lr,
-                "time_s": round(time.monotonic() - started, 3),
-            }
-            log.write(record)
-            shown = "-" if loss is None else f"{loss:.4f}"
-            print(
-                f"step {step:4d} | reward {record['reward']:.3f} | accuracy {record['accuracy']:.3f}"
-                f" | skipped {skipped}/{len(groups)} | loss {shown} | {record['time_s']:.1f}s"
-            )
-            last = step == args.steps - 1
-            if last or stop.set or (args.save_every and (step + 1) % args.save_every == 0):
-                await save_checkpoint(training, log, args.out, step)
-            if stop.set:
-                return
-        if eval_rows and args.eval_every:
-            await evaluate(training, fmt, pool, eval_rows, log, args, args.steps)
+        # ---- Log ----
+        record = {
+            "step": step,
+            "split": "train",
+            **metrics,
+            "time/step": round(time.monotonic() - started, 3),
+        }
+        log.write(record)
+        shown = "-" if record["train/loss"] is None else f"{record['train/loss']:.4f}"
+        print(
+            f"step {step:4d} | reward {record['train/reward']:.3f} | accuracy {record['train/accuracy']:.3f}"
+            f" | skipped {skipped}/{len(groups)} | loss {shown} | {record['time/step']:.1f}s"
+        )
+
+        # ---- Checkpoint ----
+        if step == args.steps - 1 or stop.set or (args.save_every and (step + 1) % args.save_every == 0):
+            await save_checkpoint(training, log, args.out, step)
+        if stop.set:
+            return
+    # ---- Final eval, and what the trained weights answer ----
+    if eval_rows and args.eval_every:
+        await evaluate(training, fmt, eval_rows, log, args, args.steps)
     await show_sample(training, fmt, (eval_rows or rows)[0], args)
+
+
+# ======== Plumbing: the same in every loop rtc writes (flags, data, chat format, logging, ========
+# ======== checkpoints, connection, Ctrl-C). Nothing below is specific to grpo. ========
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n", 1)[0],
+        epilog="Run settings default to the constants at the top of this file.",
+    )
+    parser.add_argument("--data", help="training JSONL (schema in this file's docstring)", required=True)
+    parser.add_argument("--eval-data", help="held-out JSONL, same schema; scored, never trained on")
+    parser.add_argument("--eval-every", type=int, default=EVAL_EVERY, help="eval every N steps; 0 = never")
+    parser.add_argument("--save-every", type=int, default=SAVE_EVERY, help="save every N steps; 0 = end")
+    parser.add_argument("--log", help="metrics JSONL (default: runs/<out>/metrics.jsonl)")
+    parser.add_argument("--steps", type=int, default=STEPS, help="optimizer steps")
+    parser.add_argument("--rank", type=int, default=LORA_RANK, help="LoRA rank")
+    parser.add_argument("--lr", type=float, default=LEARNING_RATE, help="Adam learning rate")
+    parser.add_argument("--out", default=RUN_NAME, help="run name: names checkpoints and the log directory")
+    parser.add_argument("--seed", type=int, default=SEED, help="data order and sampling seed")
+    parser.add_argument(
+        "--resume",
+        nargs="?",
+        const="latest",
+        help="continue after a checkpoint: a tinker:// path from checkpoints.jsonl; no value = the latest",
+    )
+    parser.add_argument("--group-size", type=int, default=GROUP_SIZE, help="samples per prompt")
+    parser.add_argument("--prompts-per-step", type=int, default=PROMPTS_PER_STEP, help="prompts per step")
+    parser.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help="longest rollout, in tokens")
+    parser.add_argument("--temperature", type=float, default=TEMPERATURE, help="sampling temperature")
+    parser.add_argument("--model", default=BASE_MODEL, help="base model to train")
+    parser.add_argument("--dry-run", action="store_true", help="check data, print the plan; no network")
+    args = parser.parse_args(argv)
+    for name in ("steps", "rank", "max_tokens", "group_size", "prompts_per_step"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.lr <= 0:
+        parser.error("--lr must be greater than 0")
+    if args.log is None:
+        args.log = str(Path("runs") / args.out / "metrics.jsonl")
+    return args
+
+
+# ---- Data ----
+
+
+class DataError(Exception):
+    """A problem in a dataset file, reported as `file:line: message`."""
+
+
+# The keys of a row and what each holds: messages (a string or chat messages), text, object.
+ROW_KEYS = {"prompt": "messages", "metadata": "object"}
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def load_dataset(path: str) -> list[dict]:
+    """Read a JSONL dataset and check every row; raise DataError naming the file and line."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    rows = []
+    for line_no, line in enumerate(text.split("\n"), 1):  # not splitlines(): JSON strings may hold U+2028
+        if not line.strip():
+            continue
+        where = f"{path}:{line_no}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        check_row(row, where)
+        rows.append(row)
+    if not rows:
+        raise DataError(f"{path}: no rows; expected one JSON object per line")
+    return rows
+
+
+def check_row(row: object, where: str) -> None:
+    if not isinstance(row, dict):
+        raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    missing = [key for key in ROW_KEYS if key not in row]
+    if missing:
+        raise DataError(f"{where}: missing key(s) {', '.join(missing)}; a row needs {', '.join(ROW_KEYS)}")
+    for key, kind in ROW_KEYS.items():
+        if kind == "messages":
+            check_prompt(row[key], where)
+        elif not isinstance(row[key], wanted := dict if kind == "object" else str):
+            raise DataError(f"{where}: {key!r} must be a {wanted.__name__}, got {type(row[key]).__name__}")
+
+
+def check_prompt(prompt: object, where: str) -> None:
+    if isinstance(prompt, str):
+        if not prompt.strip():
+            raise DataError(f"{where}: 'prompt' is empty")
+        return
+    if not isinstance(prompt, list) or not prompt:
+        raise DataError(f"{where}: 'prompt' must be a string or a non-empty list of chat messages")
+    for i, message in enumerate(prompt):
+        if (
+            not isinstance(message, dict)
+            or message.get("role") not in ROLES
+            or not isinstance(message.get("content"), str)
+        ):
+            raise DataError(
+                f'{where}: prompt[{i}] must be {{"role": one of {", ".join(ROLES)}, "content": str}}'
+            )
+
+
+def rows_for_step(rows: list[dict], step: int, per_step: int, seed: int) -> list[dict]:
+    """The rows of one step: a fresh shuffle per epoch, the same for the same seed, so a resumed
+    run sees exactly the rows an uninterrupted run would have seen."""
+    out = []
+    for i in range(step * per_step, (step + 1) * per_step):
+        epoch, index = divmod(i, len(rows))
+        out.append(rows[epoch_order(len(rows), seed, epoch)[index]])
+    return out
+
+
+_ORDERS: dict[tuple[int, int, int], list[int]] = {}
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
+    """The shuffled row order of one epoch, computed once per epoch."""
+    key = (n, seed, epoch)
+    if key not in _ORDERS:
+        order = list(range(n))
+        random.Random(seed * 1_000_003 + epoch).shuffle(order)
+        _ORDERS.clear()  # one epoch (two at a boundary) is all a run needs at a time
+        _ORDERS[key] = order
+    return _ORDERS[key]
+
+
+def as_messages(prompt: str | list[dict]) -> list[dict]:
+    """A row's prompt as chat messages, with SYSTEM_PROMPT first unless the row has a system message."""
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+    if SYSTEM_PROMPT and messages[0]["role"] != "system":
+        messages.insert(0, {"role": "system", "content": SYSTEM_PROMPT})
+    return messages
+
+
+# ---- Chat template and tokens ----
+
+
+class ChatFormat:
+    """Renders prompts with the model's own chat template and ends completions with its end of turn."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        ids = [tokenizer.convert_tokens_to_ids(token) for token in END_OF_TURN]
+        if END_OF_TURN and all(isinstance(i, int) and i != tokenizer.unk_token_id for i in ids):
+            self.end_of_turn = ids
+        else:
+            # Another model (--model, or a local server's stand-in) has other special tokens.
+            self.end_of_turn = [tokenizer.eos_token_id]
+            print(f"note: end of turn taken from the tokenizer: {tokenizer.eos_token!r}")
+        self.truncated = 0  # prompts cut from the left to fit MAX_LENGTH, reported in the metrics
+
+    def prompt(self, messages: list[dict], room: int) -> list[int]:
+        """Token ids of the rendered prompt, ready for the assistant's turn, leaving `room` tokens."""
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        tokens = self.tokenizer.encode(text, add_special_tokens=False)
+        budget = max(MAX_LENGTH - room, 1)
+        if len(tokens) > budget:
+            self.truncated += 1
+            tokens = tokens[-budget:]
+        return tokens
+
+    def completion(self, text: str) -> list[int]:
+        """Token ids of an assistant completion, closed with the end-of-turn token."""
+        tokens = self.tokenizer.encode(text, add_special_tokens=False)[: MAX_LENGTH - 1]
+        return tokens + self.end_of_turn[:1]
+
+    def decode(self, tokens: list[int]) -> str:
+        return self.tokenizer.decode(tokens, skip_special_tokens=True)
+
+
+# ---- Metrics and checkpoints ----
+
+
+class RunLog:
+    """metrics.jsonl and checkpoints.jsonl, side by side in one directory."""
+
+    def __init__(self, metrics_path: str):
+        self.metrics = Path(metrics_path)
+        self.checkpoints = self.metrics.with_name("checkpoints.jsonl")
+        self.metrics.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, record: dict) -> None:
+        with self.metrics.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+    def checkpoint(self, record: dict) -> None:
+        with self.checkpoints.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+    def find_checkpoint(self, wanted: str) -> dict:
+        """The checkpoints.jsonl record for a tinker:// path, or the latest for "latest"."""
+        records = []
+        if self.checkpoints.exists():
+            records = [json.loads(line) for line in self.checkpoints.read_text().splitlines() if line.strip()]
+        if wanted == "latest":
+            if not records:
+                raise SystemExit(f"error: --resume: no checkpoints in {self.checkpoints}")
+            return records[-1]
+        for record in reversed(records):
+            if record["path"] == wanted:
+                return record
+        raise SystemExit(f"error: --resume: {wanted} is not listed in {self.checkpoints}")
+
+    def forget_after(self, step: int) -> None:
+        """Drop metrics of steps after `step`: a resumed run redoes them, so none is logged twice."""
+        if not self.metrics.exists():
+            return
+        kept = [line for line in self.metrics.read_text().splitlines() if json.loads(line)["step"] <= step]
+        partial = self.metrics.with_name(self.metrics.name + ".tmp")
+        partial.write_text("".join(line + "\n" for line in kept))
+        partial.replace(self.metrics)  # atomic: a crash here cannot lose the log
+
+
+def optim_metrics(result) -> dict:
+    """optim_step's metrics (`grad_norm:mean`, ...) as `optim/grad_norm`, ..."""
+    return {f"optim/{key.split(':')[0]}": value for key, value in (result.metrics or {}).items()}
+
+
+async def save_checkpoint(training, log: RunLog, out: str, step: int, **extra) -> str:
+    """save_state (weights + optimizer) after `step`, listed in checkpoints.jsonl for --resume."""
+    name = f"{out}-step-{step:06d}"
+    saved = await training.save_state(name)
+    log.checkpoint({"step": step, "name": name, "path": saved.path, **extra})
+    print(f"checkpoint step {step}: {saved.path}")
+    return saved.path
+
+
+def check_reachable() -> None:
+    """Fail fast when the service cannot be reached: the SDK itself retries for minutes."""
+    url = urllib.parse.urlsplit(os.environ.get("TINKER_BASE_URL") or TINKER_URL)
+    if urllib.request.getproxies() and not urllib.request.proxy_bypass(url.hostname or ""):
+        return  # behind a proxy a direct connection proves nothing; the SDK goes through the proxy
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname, port), timeout=10).close()
+    except OSError as exc:
+        raise SystemExit(
+            f"error: cannot reach Tinker at {url.geturl()} ({exc.strerror or exc}). "
+            "Check TINKER_BASE_URL, or start a local server with `rtc serve`."
+        ) from None
+
+
+@dataclass
+class Session:
+    service: object  # tinker.ServiceClient
+    training: object  # tinker.TrainingClient
+    fmt: ChatFormat
+    start: int  # first step to run: 0, or the step after the checkpoint resumed from
+    checkpoint: dict | None  # the checkpoints.jsonl record resumed from
+
+
+async def connect(args, log: RunLog) -> Session:
+    """Connect, then create the training client: fresh LoRA weights, or a checkpoint for --resume."""
+    if not os.environ.get("TINKER_API_KEY"):
+        raise SystemExit("error: set TINKER_API_KEY (for a local `rtc serve`, any tml-... value works)")
+    check_reachable()
+    service = tinker.ServiceClient()
+    checkpoint = None
+    if args.resume:
+        checkpoint = log.find_checkpoint(args.resume)
+        # Weights and Adam state, so the next step is the one an uninterrupted run would take.
+        training = await service.create_training_client_from_state_with_optimizer(checkpoint["path"])
+        log.forget_after(checkpoint["step"])
+        print(f"resumed from {checkpoint['path']}: continuing at step {checkpoint['step'] + 1}")
+    else:
+        training = await service.create_lora_training_client(
+            base_model=args.model, rank=args.rank, seed=args.seed
+        )
+    start = checkpoint["step"] + 1 if checkpoint else 0
+    return Session(service, training, ChatFormat(training.get_tokenizer()), start, checkpoint)
+
+
+def adam_params(args) -> types.AdamParams:
+    return types.AdamParams(learning_rate=args.lr, beta1=ADAM_BETAS[0], beta2=ADAM_BETAS[1], eps=ADAM_EPS)
+
+
+def loss_per_token(output, datums: list) -> float:
+    """The SDK reports loss:sum over weighted tokens; divide by the weight sum for a per-token loss."""
+    weight = sum(sum(datum.loss_fn_inputs["weights"].data) for datum in datums)
+    return output.metrics["loss:sum"] / max(weight, 1e-9)
+
+
+async def show_sample(training, fmt: ChatFormat, row: dict, args) -> None:
+    """Print what the trained weights answer to one prompt."""
+    sampler = await training.save_weights_and_get_sampling_client()
+    prompt = fmt.prompt(as_messages(row["prompt"]), room=args.max_tokens)
+    params = types.SamplingParams(
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        top_p=TOP_P,
+        stop=fmt.end_of_turn,
+        seed=args.seed,
+    )
+    response = await sampler.sample(
+        prompt=types.ModelInput.from_ints(prompt), num_samples=1, sampling_params=params
+    )
+    print("sample from the trained weights:")
+    print(f"  prompt: {prompt_preview(row['prompt'])}")
+    print(f"  answer: {fmt.decode(response.sequences[0].tokens).strip()}")
+
+
+def prompt_preview(prompt: str | list[dict]) -> str:
+    text = prompt if isinstance(prompt, str) else prompt[-1]["content"]
+    return " ".join(text.split())[:200]
+
+
+def local_tokenizer(model: str):
+    """The model's tokenizer if it is already on this machine (a directory or the Hugging Face
+    cache), else None: a dry run never touches the network."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        return None
+    try:
+        return AutoTokenizer.from_pretrained(model, local_files_only=True)
+    except (OSError, ValueError):
+        return None
+
+
+def show_prompt(title: str, messages: list[dict], tokenizer) -> None:
+    """Print a prompt rendered with the model's chat template, or as its chat messages when the
+    tokenizer is not on this machine (the template is then applied when training)."""
+    print(title)
+    if tokenizer is not None:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        print("    " + text.replace("\n", "\n    "))
+        return
+    for message in messages:
+        content = message["content"].replace("\n", "\n" + " " * (len(message["role"]) + 7))
+        print(f"    [{message['role']}] {content}")
+
+
+def print_plan(args, rows: list[dict], eval_rows: list[dict]) -> None:
+    print(f"== {RUN_NAME}: grpo on {args.model}")
+    print(f"   data {args.data} ({len(rows)} rows), eval {args.eval_data or '-'} ({len(eval_rows)} rows)")
+    print(f"   steps {args.steps}, LoRA rank {args.rank}, lr {args.lr:g}, seed {args.seed}")
+    print(
+        f"   {args.prompts_per_step} prompts x {args.group_size} samples per step,"
+        f" max {args.max_tokens} tokens at temperature {args.temperature}"
+    )
+    print(f"   loss {LOSS}" + (f" {LOSS_CONFIG}" if LOSS_CONFIG else ""))
+    print(f"   eval every {args.eval_every or '-'}, save every {args.save_every or '-'}, log {args.log}")
+
+
+class StopFlag:
+    """First Ctrl-C: finish the step, save a checkpoint, exit. Second Ctrl-C: stop at once."""
+
+    def __init__(self):
+        self.set = False
+
+    def __call__(self, signum, frame):
+        if self.set:
+            raise KeyboardInterrupt
+        self.set = True
+        print("\ninterrupted: finishing this step and saving a checkpoint (Ctrl-C again to stop now)")
 
 
 async def run_session(args, rows: list[dict], eval_rows: list[dict], stop: StopFlag) -> None:

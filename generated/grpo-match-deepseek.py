@@ -19,16 +19,20 @@ Tinker primitives used in this file:
 Run it on Tinker:
   pip install tinker==0.38.0
   export TINKER_API_KEY=tml-...
-  python grpo-match-deepseek.py --data recipes/data/match-capitals.jsonl --eval-data
-    recipes/data/match-capitals.eval.jsonl
+  python grpo-match-deepseek.py \
+    --data recipes/data/match-capitals.jsonl \
+    --eval-data recipes/data/match-capitals.eval.jsonl
 
 Run it on this machine (rtc serve trains a small local model on the CPU):
-  rtc run grpo-match-deepseek.py --data recipes/data/match-capitals.jsonl --eval-data
-    recipes/data/match-capitals.eval.jsonl
+  rtc run grpo-match-deepseek.py \
+    --data recipes/data/match-capitals.jsonl \
+    --eval-data recipes/data/match-capitals.eval.jsonl
 
 Check the data and the run plan without network or API key:
-  python grpo-match-deepseek.py --dry-run --data recipes/data/match-capitals.jsonl --eval-data
-    recipes/data/match-capitals.eval.jsonl
+  python grpo-match-deepseek.py \
+    --dry-run \
+    --data recipes/data/match-capitals.jsonl \
+    --eval-data recipes/data/match-capitals.eval.jsonl
 
 Dataset JSONL, one object per line (--data, and --eval-data for a held-out set that is scored,
 never trained on):
@@ -64,6 +68,7 @@ import socket
 import sys
 import time
 import urllib.parse
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,7 +87,8 @@ STEPS = 40  # --steps: optimizer steps in the whole run
 RUN_NAME = Path(__file__).stem  # --out: names checkpoints and the log directory
 GROUP_SIZE = 16  # --group-size: samples per prompt; advantages compare the samples of a prompt
 PROMPTS_PER_STEP = 8  # --prompts-per-step: prompts per step
-MAX_TOKENS = 64  # --max-tokens: longest sampled completion, in tokens
+ADVANTAGE_STD = False  # divide advantages by the group's reward std
+MAX_TOKENS = 64  # --max-tokens: longest rollout, in tokens
 TEMPERATURE = 1.0  # --temperature: sampling temperature
 TOP_P = 1.0  # nucleus sampling; 1.0 = off
 EVAL_EVERY = 10  # --eval-every: score --eval-data every N steps; 0 = never
@@ -95,12 +101,277 @@ END_OF_TURN = ["<｜end▁of▁sentence｜>"]  # from the catalog; checked again
 ADAM_BETAS = (0.9, 0.95)
 ADAM_EPS = 1e-8  # the usual value for LoRA; the SDK's default (1e-12) is for full fine-tuning
 TINKER_URL = "https://tinker.thinkingmachines.dev/services/tinker-prod"  # unless TINKER_BASE_URL is set
-
 LOSS = "cispo"  # built-in loss: importance_sampling, ppo, cispo or dro
 LOSS_CONFIG = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}  # loss_fn_config of the loss
-ADVANTAGE_STD = False  # divide advantages by the group's reward std
 EVAL_SAMPLES = 4  # samples per held-out prompt at eval (at --temperature)
 VERIFY_WORKERS = 8  # completions verified in parallel (threads; the code task runs subprocesses)
+
+
+# ======== The method: grpo ========
+
+
+# ---- Task verifier (match): verify(completion, metadata) -> {"reward", "correct", ...} ----
+# Short-answer verifier: the completion's final line must equal metadata.answer or match metadata.pattern.
+#
+# The final line is the last non-empty line of the completion (after any "</think>"), cleaned of markdown
+# emphasis, surrounding quotes, a leading "Answer:" label and trailing sentence punctuation. Then
+#
+# - answer (a string, a number, or a list of acceptable strings): equal after collapsing whitespace and,
+#   unless metadata.case_sensitive is true, case folding;
+# - pattern (a regular expression): must fullmatch the cleaned final line (re.IGNORECASE unless
+#   case_sensitive). Fullmatch, not search, so that a pattern such as "Paris" does not reward
+#   "Not Paris"; write ".*Paris.*" to accept it anywhere in the line.
+#
+# When both are given, either one makes the completion correct (a pattern usually lists the accepted
+# variants of the answer). Standard library only: this file is inlined into the generated training loop.
+
+
+_MATCH_THINK_END = "</think>"
+_MATCH_MAX_LINE_CHARS = 1000  # the final line is cut to this before a (dataset-supplied) regex sees it
+_MATCH_LABEL_RE = re.compile(r"^(?:final\s+)?answer\s*[:：]\s*", re.IGNORECASE)
+_MATCH_WRAPPERS = "*_`\"'“”‘’ \t"
+
+
+def _match_final_line(completion: str) -> str:
+    """The last non-empty line, without markdown emphasis, quotes, an "Answer:" label or a final period."""
+    if _MATCH_THINK_END in completion:
+        completion = completion.rsplit(_MATCH_THINK_END, 1)[1]
+    lines = [line.strip() for line in completion.splitlines() if line.strip()]
+    line = lines[-1][:_MATCH_MAX_LINE_CHARS] if lines else ""
+    line = line.strip(_MATCH_WRAPPERS)
+    line = _MATCH_LABEL_RE.sub("", line).strip(_MATCH_WRAPPERS)
+    return line.rstrip(".!。").strip(_MATCH_WRAPPERS)
+
+
+def _match_normalize(text: str, case_sensitive: bool) -> str:
+    """Collapse whitespace, drop wrappers and a final period (from both sides: "D.C." == "D.C")."""
+    text = " ".join(text.split()).strip(_MATCH_WRAPPERS).rstrip(".!。").strip(_MATCH_WRAPPERS)
+    return text if case_sensitive else text.casefold()
+
+
+def _match_answers(metadata: dict) -> list[str]:
+    answer = metadata.get("answer")
+    if isinstance(answer, bool):
+        return []
+    if isinstance(answer, int | float):
+        return [str(answer)]
+    if isinstance(answer, str):
+        return [answer] if answer.strip() else []
+    if isinstance(answer, list):
+        return [item for item in answer if isinstance(item, str) and item.strip()]
+    return []
+
+
+def verify(completion: str, metadata: dict) -> dict[str, float]:
+    """Score a short answer against metadata["answer"] and/or metadata["pattern"].
+
+    Returns reward and correct (1.0 when the answer or the pattern matches, else 0.0), answer_match and
+    pattern_match (which one did), and metadata_ok (0.0 when there is neither a usable answer nor a
+    valid pattern, which scores 0). Never raises.
+    """
+    scores = {"reward": 0.0, "correct": 0.0, "answer_match": 0.0, "pattern_match": 0.0, "metadata_ok": 0.0}
+    if not isinstance(metadata, dict):
+        return scores
+    case_sensitive = metadata.get("case_sensitive") is True
+    answers = _match_answers(metadata)
+    pattern = None
+    if isinstance(metadata.get("pattern"), str) and metadata["pattern"]:
+        try:
+            pattern = re.compile(metadata["pattern"], 0 if case_sensitive else re.IGNORECASE)
+        except (re.error, RecursionError, OverflowError):
+            pattern = None
+    if not answers and pattern is None:
+        return scores
+    scores["metadata_ok"] = 1.0
+    line = _match_final_line(completion if isinstance(completion, str) else "")
+    normalized = _match_normalize(line, case_sensitive)
+    if line and any(normalized == _match_normalize(answer, case_sensitive) for answer in answers):
+        scores["answer_match"] = 1.0
+    if pattern is not None and pattern.fullmatch(line):
+        scores["pattern_match"] = 1.0
+    if scores["answer_match"] or scores["pattern_match"]:
+        scores["reward"] = scores["correct"] = 1.0
+    return scores
+
+
+# ---- GRPO ----
+
+
+def safe_verify(job: tuple[str, dict]) -> dict:
+    """The verifier's verdict; a verifier bug scores 0 instead of stopping the run."""
+    try:
+        return verify(*job)
+    except Exception as exc:  # noqa: BLE001 - a failure of the scoring code is a zero, never a crash
+        return {"reward": 0.0, "correct": 0.0, "verifier_error": 1.0, "error": repr(exc)[:200]}
+
+
+def group_advantages(rewards: list[float], scale_by_std: bool) -> list[float] | None:
+    """Reward minus the group mean (over the group std if asked); None if all rewards are equal,
+    since such a group carries no signal about which completion was better."""
+    mean = sum(rewards) / len(rewards)
+    advantages = [reward - mean for reward in rewards]
+    if all(abs(a) < 1e-9 for a in advantages):
+        return None
+    if scale_by_std:
+        std = math.sqrt(sum(a * a for a in advantages) / len(advantages))
+        advantages = [a / (std + 1e-6) for a in advantages]
+    return advantages
+
+
+def rl_datum(prompt: list[int], tokens: list[int], logprobs: list[float], advantage: float) -> types.Datum:
+    """Inputs are (prompt + completion)[:-1], targets the same shifted by one; the sampler's logprobs
+    and the advantage sit on completion targets, zeros on prompt targets."""
+    full = prompt + tokens
+    pad = [0.0] * (len(prompt) - 1)
+    return types.Datum(
+        model_input=types.ModelInput.from_ints(full[:-1]),
+        loss_fn_inputs={
+            "target_tokens": full[1:],
+            "logprobs": pad + list(logprobs),
+            "advantages": pad + [advantage] * len(tokens),
+        },
+    )
+
+
+async def sample_groups(sampler, fmt: ChatFormat, rows: list[dict], args, n: int, seed: int) -> list[tuple]:
+    """`n` completions of every prompt, all requests issued at once: [(prompt_tokens, sequences)]."""
+    prompts = [fmt.prompt(as_messages(row["prompt"]), room=args.max_tokens) for row in rows]
+    requests = [
+        sampler.sample(
+            prompt=types.ModelInput.from_ints(prompt),
+            num_samples=n,
+            sampling_params=types.SamplingParams(
+                max_tokens=args.max_tokens,
+                temperature=args.temperature,
+                top_p=TOP_P,
+                stop=fmt.end_of_turn,
+                seed=seed + i,
+            ),
+        )
+        for i, prompt in enumerate(prompts)
+    ]
+    responses = await asyncio.gather(*requests)
+    return [(prompt, response.sequences) for prompt, response in zip(prompts, responses, strict=True)]
+
+
+def score(fmt: ChatFormat, rows: list[dict], groups: list[tuple]) -> list[list]:
+    """The verifier's verdict on every completion, in parallel, grouped like `groups`."""
+    jobs = [
+        (fmt.decode(seq.tokens), row["metadata"])
+        for row, (_, seqs) in zip(rows, groups, strict=True)
+        for seq in seqs
+    ]
+    with ThreadPoolExecutor(VERIFY_WORKERS) as pool:
+        verdicts = iter(pool.map(safe_verify, jobs))
+        return [[next(verdicts) for _ in seqs] for _, seqs in groups]
+
+
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+async def evaluate(training, fmt: ChatFormat, eval_rows: list[dict], log: RunLog, args, step: int) -> None:
+    """Mean reward and accuracy of EVAL_SAMPLES samples per held-out prompt (never trained on)."""
+    sampler = await training.save_weights_and_get_sampling_client()
+    groups = await sample_groups(sampler, fmt, eval_rows, args, EVAL_SAMPLES, seed=args.seed * 7_919 + step)
+    verdicts = [v for group in score(fmt, eval_rows, groups) for v in group]
+    record = {
+        "step": step,
+        "split": "eval",
+        "eval/reward": mean([v["reward"] for v in verdicts]),
+        "eval/accuracy": mean([float(v.get("correct", 0.0)) for v in verdicts]),
+        "eval/n_samples": len(verdicts),
+    }
+    log.write(record)
+    print(
+        f"step {step:4d} | eval reward {record['eval/reward']:.3f} | accuracy {record['eval/accuracy']:.3f}"
+        f" | {len(verdicts)} samples"
+    )
+
+
+def dry_run(args, rows: list[dict], tokenizer) -> None:
+    row = rows_for_step(rows, 0, 1, args.seed)[0]
+    show_prompt("first prompt:", as_messages(row["prompt"]), tokenizer)
+    print(f"  its metadata (for the verifier): {json.dumps(row['metadata'])[:200]}")
+    print("dry run: data and plan are fine; nothing was sent")
+
+
+async def train(
+    run: Session, log: RunLog, args, rows: list[dict], eval_rows: list[dict], stop: StopFlag
+) -> None:
+    # ---- Setup ----
+    training, fmt = run.training, run.fmt
+    adam = adam_params(args)
+    for step in range(run.start, args.steps):
+        # ---- Eval: held-out rows, never trained on ----
+        if eval_rows and args.eval_every and step % args.eval_every == 0:
+            await evaluate(training, fmt, eval_rows, log, args, step)
+        started = time.monotonic()
+        batch = rows_for_step(rows, step, args.prompts_per_step, args.seed)
+
+        # ---- Sample: rollouts come from the current weights, a fresh sampler every step ----
+        sampler = await training.save_weights_and_get_sampling_client()
+        seed = args.seed * 1_000_003 + step * 1_000
+        groups = await sample_groups(sampler, fmt, batch, args, args.group_size, seed)
+
+        # ---- Score: the task verifier, then advantages within each prompt's group ----
+        verdicts = score(fmt, batch, groups)
+        datums_D, rewards_G, skipped = [], [], 0
+        for (prompt, sequences), group in zip(groups, verdicts, strict=True):
+            group_rewards = [verdict["reward"] for verdict in group]
+            rewards_G += group_rewards
+            advantages = group_advantages(group_rewards, ADVANTAGE_STD)
+            if advantages is None:
+                skipped += 1
+                continue
+            for sequence, advantage in zip(sequences, advantages, strict=True):
+                datums_D.append(rl_datum(prompt, list(sequence.tokens), list(sequence.logprobs), advantage))
+        sampled_tokens = sum(len(seq.tokens) for _, seqs in groups for seq in seqs)
+        metrics = {
+            "train/loss": None,
+            "train/n_datums": len(datums_D),
+            "train/reward": mean(rewards_G),
+            "train/accuracy": mean([float(v.get("correct", 0.0)) for group in verdicts for v in group]),
+            "train/skipped_frac": skipped / len(groups),
+            "train/sampled_tokens": sampled_tokens,
+            "train/truncated": fmt.truncated,  # prompts cut to MAX_LENGTH so far in this run
+            "optim/lr": args.lr,
+        }
+
+        # ---- Train step: submit both, then wait; the optimizer step queues behind the gradients ----
+        if datums_D:  # else every group was skipped: no signal, no update
+            fwd_bwd = training.forward_backward(datums_D, LOSS, loss_fn_config=LOSS_CONFIG)
+            optim = training.optim_step(adam)
+            metrics["train/loss"] = (await fwd_bwd).metrics["loss:sum"] / max(sampled_tokens, 1)
+            metrics.update(optim_metrics(await optim))
+
+        # ---- Log ----
+        record = {
+            "step": step,
+            "split": "train",
+            **metrics,
+            "time/step": round(time.monotonic() - started, 3),
+        }
+        log.write(record)
+        shown = "-" if record["train/loss"] is None else f"{record['train/loss']:.4f}"
+        print(
+            f"step {step:4d} | reward {record['train/reward']:.3f} | accuracy {record['train/accuracy']:.3f}"
+            f" | skipped {skipped}/{len(groups)} | loss {shown} | {record['time/step']:.1f}s"
+        )
+
+        # ---- Checkpoint ----
+        if step == args.steps - 1 or stop.set or (args.save_every and (step + 1) % args.save_every == 0):
+            await save_checkpoint(training, log, args.out, step)
+        if stop.set:
+            return
+    # ---- Final eval, and what the trained weights answer ----
+    if eval_rows and args.eval_every:
+        await evaluate(training, fmt, eval_rows, log, args, args.steps)
+    await show_sample(training, fmt, (eval_rows or rows)[0], args)
+
+
+# ======== Plumbing: the same in every loop rtc writes (flags, data, chat format, logging, ========
+# ======== checkpoints, connection, Ctrl-C). Nothing below is specific to grpo. ========
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -148,7 +419,8 @@ class DataError(Exception):
     """A problem in a dataset file, reported as `file:line: message`."""
 
 
-ROW_TYPES = {"prompt": (str, list), "metadata": dict}
+# The keys of a row and what each holds: messages (a string or chat messages), text, object.
+ROW_KEYS = {"prompt": "messages", "metadata": "object"}
 ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -179,13 +451,14 @@ def load_dataset(path: str) -> list[dict]:
 def check_row(row: object, where: str) -> None:
     if not isinstance(row, dict):
         raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
-    missing = [key for key in ROW_TYPES if key not in row]
+    missing = [key for key in ROW_KEYS if key not in row]
     if missing:
-        raise DataError(f"{where}: missing key(s) {', '.join(missing)}; a row needs {', '.join(ROW_TYPES)}")
-    check_prompt(row["prompt"], where)
-    for key, kind in ROW_TYPES.items():
-        if key != "prompt" and not isinstance(row[key], kind):
-            raise DataError(f"{where}: {key!r} must be a {kind.__name__}, got {type(row[key]).__name__}")
+        raise DataError(f"{where}: missing key(s) {', '.join(missing)}; a row needs {', '.join(ROW_KEYS)}")
+    for key, kind in ROW_KEYS.items():
+        if kind == "messages":
+            check_prompt(row[key], where)
+        elif not isinstance(row[key], wanted := dict if kind == "object" else str):
+            raise DataError(f"{where}: {key!r} must be a {wanted.__name__}, got {type(row[key]).__name__}")
 
 
 def check_prompt(prompt: object, where: str) -> None:
@@ -212,10 +485,22 @@ def rows_for_step(rows: list[dict], step: int, per_step: int, seed: int) -> list
     out = []
     for i in range(step * per_step, (step + 1) * per_step):
         epoch, index = divmod(i, len(rows))
-        order = list(range(len(rows)))
-        random.Random(seed * 1_000_003 + epoch).shuffle(order)
-        out.append(rows[order[index]])
+        out.append(rows[epoch_order(len(rows), seed, epoch)[index]])
     return out
+
+
+_ORDERS: dict[tuple[int, int, int], list[int]] = {}
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
+    """The shuffled row order of one epoch, computed once per epoch."""
+    key = (n, seed, epoch)
+    if key not in _ORDERS:
+        order = list(range(n))
+        random.Random(seed * 1_000_003 + epoch).shuffle(order)
+        _ORDERS.clear()  # one epoch (two at a boundary) is all a run needs at a time
+        _ORDERS[key] = order
+    return _ORDERS[key]
 
 
 def as_messages(prompt: str | list[dict]) -> list[dict]:
@@ -303,6 +588,11 @@ class RunLog:
         partial = self.metrics.with_name(self.metrics.name + ".tmp")
         partial.write_text("".join(line + "\n" for line in kept))
         partial.replace(self.metrics)  # atomic: a crash here cannot lose the log
+
+
+def optim_metrics(result) -> dict:
+    """optim_step's metrics (`grad_norm:mean`, ...) as `optim/grad_norm`, ..."""
+    return {f"optim/{key.split(':')[0]}": value for key, value in (result.metrics or {}).items()}
 
 
 async def save_checkpoint(training, log: RunLog, out: str, step: int, **extra) -> str:
@@ -442,248 +732,6 @@ class StopFlag:
             raise KeyboardInterrupt
         self.set = True
         print("\ninterrupted: finishing this step and saving a checkpoint (Ctrl-C again to stop now)")
-
-
-# ---- Task verifier (match): verify(completion, metadata) -> {"reward", "correct", ...} ----
-
-
-_MATCH_THINK_END = "</think>"
-_MATCH_MAX_LINE_CHARS = 1000  # the final line is cut to this before a (dataset-supplied) regex sees it
-_MATCH_LABEL_RE = re.compile(r"^(?:final\s+)?answer\s*[:：]\s*", re.IGNORECASE)
-_MATCH_WRAPPERS = "*_`\"'“”‘’ \t"
-
-
-def _match_final_line(completion: str) -> str:
-    """The last non-empty line, without markdown emphasis, quotes, an "Answer:" label or a final period."""
-    if _MATCH_THINK_END in completion:
-        completion = completion.rsplit(_MATCH_THINK_END, 1)[1]
-    lines = [line.strip() for line in completion.splitlines() if line.strip()]
-    line = lines[-1][:_MATCH_MAX_LINE_CHARS] if lines else ""
-    line = line.strip(_MATCH_WRAPPERS)
-    line = _MATCH_LABEL_RE.sub("", line).strip(_MATCH_WRAPPERS)
-    return line.rstrip(".!。").strip(_MATCH_WRAPPERS)
-
-
-def _match_normalize(text: str, case_sensitive: bool) -> str:
-    """Collapse whitespace, drop wrappers and a final period (from both sides: "D.C." == "D.C")."""
-    text = " ".join(text.split()).strip(_MATCH_WRAPPERS).rstrip(".!。").strip(_MATCH_WRAPPERS)
-    return text if case_sensitive else text.casefold()
-
-
-def _match_answers(metadata: dict) -> list[str]:
-    answer = metadata.get("answer")
-    if isinstance(answer, bool):
-        return []
-    if isinstance(answer, int | float):
-        return [str(answer)]
-    if isinstance(answer, str):
-        return [answer] if answer.strip() else []
-    if isinstance(answer, list):
-        return [item for item in answer if isinstance(item, str) and item.strip()]
-    return []
-
-
-def verify(completion: str, metadata: dict) -> dict[str, float]:
-    """Score a short answer against metadata["answer"] and/or metadata["pattern"].
-
-    Returns reward and correct (1.0 when the answer or the pattern matches, else 0.0), answer_match and
-    pattern_match (which one did), and metadata_ok (0.0 when there is neither a usable answer nor a
-    valid pattern, which scores 0). Never raises.
-    """
-    scores = {"reward": 0.0, "correct": 0.0, "answer_match": 0.0, "pattern_match": 0.0, "metadata_ok": 0.0}
-    if not isinstance(metadata, dict):
-        return scores
-    case_sensitive = metadata.get("case_sensitive") is True
-    answers = _match_answers(metadata)
-    pattern = None
-    if isinstance(metadata.get("pattern"), str) and metadata["pattern"]:
-        try:
-            pattern = re.compile(metadata["pattern"], 0 if case_sensitive else re.IGNORECASE)
-        except (re.error, RecursionError, OverflowError):
-            pattern = None
-    if not answers and pattern is None:
-        return scores
-    scores["metadata_ok"] = 1.0
-    line = _match_final_line(completion if isinstance(completion, str) else "")
-    normalized = _match_normalize(line, case_sensitive)
-    if line and any(normalized == _match_normalize(answer, case_sensitive) for answer in answers):
-        scores["answer_match"] = 1.0
-    if pattern is not None and pattern.fullmatch(line):
-        scores["pattern_match"] = 1.0
-    if scores["answer_match"] or scores["pattern_match"]:
-        scores["reward"] = scores["correct"] = 1.0
-    return scores
-
-
-# ---- GRPO ----
-
-
-def safe_verify(job: tuple[str, dict]) -> dict:
-    """The verifier's verdict; a verifier bug scores 0 instead of stopping the run."""
-    try:
-        return verify(*job)
-    except Exception as exc:  # noqa: BLE001 - a failure of the scoring code is a zero, never a crash
-        return {"reward": 0.0, "correct": 0.0, "verifier_error": 1.0, "error": repr(exc)[:200]}
-
-
-def group_advantages(rewards: list[float], scale_by_std: bool) -> list[float] | None:
-    """Reward minus the group mean (over the group std if asked); None if all rewards are equal,
-    since such a group carries no signal about which completion was better."""
-    mean = sum(rewards) / len(rewards)
-    advantages = [reward - mean for reward in rewards]
-    if all(abs(a) < 1e-9 for a in advantages):
-        return None
-    if scale_by_std:
-        std = math.sqrt(sum(a * a for a in advantages) / len(advantages))
-        advantages = [a / (std + 1e-6) for a in advantages]
-    return advantages
-
-
-def rl_datum(prompt: list[int], tokens: list[int], logprobs: list[float], advantage: float) -> types.Datum:
-    """Inputs are (prompt + completion)[:-1], targets the same shifted by one; the sampler's logprobs
-    and the advantage sit on completion targets, zeros on prompt targets."""
-    full = prompt + tokens
-    pad = [0.0] * (len(prompt) - 1)
-    return types.Datum(
-        model_input=types.ModelInput.from_ints(full[:-1]),
-        loss_fn_inputs={
-            "target_tokens": full[1:],
-            "logprobs": pad + list(logprobs),
-            "advantages": pad + [advantage] * len(tokens),
-        },
-    )
-
-
-async def sample_groups(sampler, fmt: ChatFormat, rows: list[dict], args, n: int, seed: int) -> list[tuple]:
-    """`n` completions of every prompt, all requests issued at once: [(prompt_tokens, sequences)]."""
-    prompts = [fmt.prompt(as_messages(row["prompt"]), room=args.max_tokens) for row in rows]
-    requests = [
-        sampler.sample(
-            prompt=types.ModelInput.from_ints(prompt),
-            num_samples=n,
-            sampling_params=types.SamplingParams(
-                max_tokens=args.max_tokens,
-                temperature=args.temperature,
-                top_p=TOP_P,
-                stop=fmt.end_of_turn,
-                seed=seed + i,
-            ),
-        )
-        for i, prompt in enumerate(prompts)
-    ]
-    responses = await asyncio.gather(*requests)
-    return [(prompt, response.sequences) for prompt, response in zip(prompts, responses, strict=True)]
-
-
-def score(pool: ThreadPoolExecutor, fmt: ChatFormat, rows: list[dict], groups: list[tuple]) -> list[list]:
-    """The verifier's verdict on every completion, in parallel, grouped like `groups`."""
-    jobs = [
-        (fmt.decode(seq.tokens), row["metadata"])
-        for row, (_, seqs) in zip(rows, groups, strict=True)
-        for seq in seqs
-    ]
-    verdicts = iter(pool.map(safe_verify, jobs))
-    return [[next(verdicts) for _ in seqs] for _, seqs in groups]
-
-
-def mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else 0.0
-
-
-async def evaluate(
-    training, fmt: ChatFormat, pool: ThreadPoolExecutor, eval_rows: list[dict], log: RunLog, args, step: int
-) -> None:
-    """Mean reward and accuracy of EVAL_SAMPLES samples per held-out prompt (never trained on)."""
-    sampler = await training.save_weights_and_get_sampling_client()
-    groups = await sample_groups(sampler, fmt, eval_rows, args, EVAL_SAMPLES, seed=args.seed * 7_919 + step)
-    verdicts = [v for group in score(pool, fmt, eval_rows, groups) for v in group]
-    record = {
-        "step": step,
-        "split": "eval",
-        "reward": mean([v["reward"] for v in verdicts]),
-        "accuracy": mean([float(v.get("correct", 0.0)) for v in verdicts]),
-        "n_datums": len(verdicts),
-    }
-    log.write(record)
-    print(
-        f"step {step:4d} | eval reward {record['reward']:.3f} | accuracy {record['accuracy']:.3f}"
-        f" | {len(verdicts)} samples"
-    )
-
-
-def dry_run(args, rows: list[dict], tokenizer) -> None:
-    row = rows_for_step(rows, 0, 1, args.seed)[0]
-    show_prompt("first prompt:", as_messages(row["prompt"]), tokenizer)
-    print(f"  its metadata (for the verifier): {json.dumps(row['metadata'])[:200]}")
-    print("dry run: data and plan are fine; nothing was sent")
-
-
-async def train(
-    run: Session, log: RunLog, args, rows: list[dict], eval_rows: list[dict], stop: StopFlag
-) -> None:
-    training, fmt = run.training, run.fmt
-    adam = adam_params(args)
-    with ThreadPoolExecutor(VERIFY_WORKERS) as pool:
-        for step in range(run.start, args.steps):
-            if eval_rows and args.eval_every and step % args.eval_every == 0:
-                await evaluate(training, fmt, pool, eval_rows, log, args, step)
-            started = time.monotonic()
-            batch = rows_for_step(rows, step, args.prompts_per_step, args.seed)
-
-            # Rollouts come from the current weights: a fresh sampler every step.
-            sampler = await training.save_weights_and_get_sampling_client()
-            seed = args.seed * 1_000_003 + step * 1_000
-            groups = await sample_groups(sampler, fmt, batch, args, args.group_size, seed)
-            verdicts = score(pool, fmt, batch, groups)
-
-            datums, rewards, skipped = [], [], 0
-            for (prompt, sequences), group in zip(groups, verdicts, strict=True):
-                group_rewards = [verdict["reward"] for verdict in group]
-                rewards += group_rewards
-                advantages = group_advantages(group_rewards, ADVANTAGE_STD)
-                if advantages is None:
-                    skipped += 1
-                    continue
-                for sequence, advantage in zip(sequences, advantages, strict=True):
-                    datums.append(rl_datum(prompt, list(sequence.tokens), list(sequence.logprobs), advantage))
-
-            loss = None
-            if datums:  # else every group was skipped: no signal, no update
-                # Submit both, then wait: the optimizer step queues behind the gradients on the server.
-                fwd_bwd = training.forward_backward(datums, LOSS, loss_fn_config=LOSS_CONFIG)
-                optim = training.optim_step(adam)
-                output = await fwd_bwd
-                await optim
-                n_tokens = sum(len(seq.tokens) for _, seqs in groups for seq in seqs)
-                loss = output.metrics["loss:sum"] / max(n_tokens, 1)
-
-            record = {
-                "step": step,
-                "split": "train",
-                "loss": loss,
-                "n_datums": len(datums),
-                "reward": mean(rewards),
-                "accuracy": mean([float(v.get("correct", 0.0)) for group in verdicts for v in group]),
-                "skipped_frac": skipped / len(groups),
-                "sampled_tokens": sum(len(seq.tokens) for _, seqs in groups for seq in seqs),
-                "truncated": fmt.truncated,  # prompts cut to MAX_LENGTH so far in this run
-                "lr": args.lr,
-                "time_s": round(time.monotonic() - started, 3),
-            }
-            log.write(record)
-            shown = "-" if loss is None else f"{loss:.4f}"
-            print(
-                f"step {step:4d} | reward {record['reward']:.3f} | accuracy {record['accuracy']:.3f}"
-                f" | skipped {skipped}/{len(groups)} | loss {shown} | {record['time_s']:.1f}s"
-            )
-            last = step == args.steps - 1
-            if last or stop.set or (args.save_every and (step + 1) % args.save_every == 0):
-                await save_checkpoint(training, log, args.out, step)
-            if stop.set:
-                return
-        if eval_rows and args.eval_every:
-            await evaluate(training, fmt, pool, eval_rows, log, args, args.steps)
-    await show_sample(training, fmt, (eval_rows or rows)[0], args)
 
 
 async def run_session(args, rows: list[dict], eval_rows: list[dict], stop: StopFlag) -> None:

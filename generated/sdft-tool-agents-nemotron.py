@@ -20,16 +20,20 @@ Tinker primitives used in this file:
 Run it on Tinker:
   pip install tinker==0.38.0
   export TINKER_API_KEY=tml-...
-  python sdft-tool-agents-nemotron.py --data recipes/data/tool-agents.jsonl --eval-data
-    recipes/data/tool-agents.eval.jsonl
+  python sdft-tool-agents-nemotron.py \
+    --data recipes/data/tool-agents.jsonl \
+    --eval-data recipes/data/tool-agents.eval.jsonl
 
 Run it on this machine (rtc serve trains a small local model on the CPU):
-  rtc run sdft-tool-agents-nemotron.py --data recipes/data/tool-agents.jsonl --eval-data
-    recipes/data/tool-agents.eval.jsonl
+  rtc run sdft-tool-agents-nemotron.py \
+    --data recipes/data/tool-agents.jsonl \
+    --eval-data recipes/data/tool-agents.eval.jsonl
 
 Check the data and the run plan without network or API key:
-  python sdft-tool-agents-nemotron.py --dry-run --data recipes/data/tool-agents.jsonl --eval-data
-    recipes/data/tool-agents.eval.jsonl
+  python sdft-tool-agents-nemotron.py \
+    --dry-run \
+    --data recipes/data/tool-agents.jsonl \
+    --eval-data recipes/data/tool-agents.eval.jsonl
 
 Dataset JSONL, one object per line (--data, and --eval-data for a held-out set that is scored,
 never trained on):
@@ -62,6 +66,7 @@ import socket
 import sys
 import time
 import urllib.parse
+import urllib.request
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,7 +85,7 @@ STEPS = 50  # --steps: optimizer steps in the whole run
 RUN_NAME = Path(__file__).stem  # --out: names checkpoints and the log directory
 GROUP_SIZE = 8  # --group-size: rewrites sampled per demonstration
 PROMPTS_PER_STEP = 1  # --prompts-per-step: demonstrations per step
-MAX_TOKENS = 256  # --max-tokens: longest sampled completion, in tokens
+MAX_TOKENS = 256  # --max-tokens: longest rewrite, in tokens
 TEMPERATURE = 0.5  # --temperature: sampling temperature
 TOP_P = 1.0  # nucleus sampling; 1.0 = off
 EVAL_EVERY = 10  # --eval-every: score --eval-data every N steps; 0 = never
@@ -96,7 +101,8 @@ END_OF_TURN = ["<|im_end|>"]  # from the catalog; checked against the tokenizer 
 ADAM_BETAS = (0.9, 0.95)
 ADAM_EPS = 1e-8  # the usual value for LoRA; the SDK's default (1e-12) is for full fine-tuning
 TINKER_URL = "https://tinker.thinkingmachines.dev/services/tinker-prod"  # unless TINKER_BASE_URL is set
-
+LOSS = "cross_entropy"  # next-token negative log-likelihood of the weighted (completion) tokens
+LOSS_CONFIG = None  # cross_entropy takes no options
 # The teacher is the model itself, shown the task and the demonstration; the student (the same
 # weights) is then trained on the rewrite with the task alone, so the targets stay on-policy.
 TEACHER_PROMPT = (
@@ -108,6 +114,154 @@ TEACHER_PROMPT = (
 MENTIONS_SOURCE = re.compile(
     r"\b(?:the|this|that|above) (?:example|reference|demonstration)s?\b", re.IGNORECASE
 )
+
+
+# ======== The method: sdft ========
+
+
+def teacher_messages(row: dict) -> list[dict]:
+    """The task prompt with the demonstration appended to its last user turn."""
+    messages = as_messages(row["prompt"])
+    shown = TEACHER_PROMPT.format(demonstration=row["completion"])
+    if messages[-1]["role"] == "user":
+        messages[-1] = {"role": "user", "content": messages[-1]["content"] + "\n\n" + shown}
+    else:
+        messages.append({"role": "user", "content": shown})
+    return messages
+
+
+def rewrite_problem(text: str, stop_reason: str) -> str | None:
+    """Why a rewrite must fall back to the demonstration, or None to keep it."""
+    if not text.strip():
+        return "empty"
+    if stop_reason == "length":
+        return "cut off"
+    if MENTIONS_SOURCE.search(text):
+        return "mentions the demonstration"
+    return None
+
+
+def sft_datum(prompt: list[int], completion: list[int]) -> types.Datum:
+    """Next-token datum: inputs are tokens[:-1], targets tokens[1:], weight 1 on completion targets only."""
+    tokens = prompt + completion
+    weights = [0.0] * (len(prompt) - 1) + [1.0] * len(completion)
+    return types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={"target_tokens": tokens[1:], "weights": weights},
+    )
+
+
+def demonstration_datum(fmt: ChatFormat, row: dict) -> types.Datum:
+    completion = fmt.completion(row["completion"])
+    return sft_datum(fmt.prompt(as_messages(row["prompt"]), room=len(completion)), completion)
+
+
+async def evaluate(training, fmt: ChatFormat, eval_rows: list[dict], log: RunLog, args, step: int) -> None:
+    """Per-token loss of the held-out demonstrations under the current weights (forward only)."""
+    datums_D = [demonstration_datum(fmt, row) for row in eval_rows]
+    loss = loss_per_token(await training.forward(datums_D, "cross_entropy"), datums_D)
+    log.write({"step": step, "split": "eval", "eval/loss": loss, "eval/n_datums": len(datums_D)})
+    print(f"step {step:4d} | eval loss {loss:.4f} | {len(datums_D)} demonstrations")
+
+
+async def rewrite(sampler, fmt: ChatFormat, rows: list[dict], args, step: int) -> tuple[list, Counter]:
+    """Sample GROUP_SIZE rewrites of every demonstration at once; one datum per rewrite."""
+    requests = []
+    for i, row in enumerate(rows):
+        params = types.SamplingParams(
+            max_tokens=args.max_tokens,
+            temperature=args.temperature,
+            top_p=TOP_P,
+            stop=fmt.end_of_turn,
+            seed=args.seed * 1_000_003 + step * 1_000 + i,
+        )
+        prompt = types.ModelInput.from_ints(fmt.prompt(teacher_messages(row), room=args.max_tokens))
+        requests.append(sampler.sample(prompt=prompt, num_samples=args.group_size, sampling_params=params))
+    responses = await asyncio.gather(*requests)
+
+    datums_D, fallbacks = [], Counter()
+    for row, response in zip(rows, responses, strict=True):
+        for sequence in response.sequences:
+            tokens = list(sequence.tokens)
+            if tokens and tokens[-1] in fmt.end_of_turn:
+                tokens.pop()
+            problem = rewrite_problem(fmt.decode(tokens), sequence.stop_reason)
+            if problem:
+                fallbacks[problem] += 1
+                datums_D.append(demonstration_datum(fmt, row))
+                continue
+            completion = tokens + fmt.end_of_turn[:1]
+            prompt = fmt.prompt(as_messages(row["prompt"]), room=len(completion))
+            datums_D.append(sft_datum(prompt, completion))
+    return datums_D, fallbacks
+
+
+def dry_run(args, rows: list[dict], tokenizer) -> None:
+    row = rows_for_step(rows, 0, 1, args.seed)[0]
+    show_prompt("first student prompt:", as_messages(row["prompt"]), tokenizer)
+    show_prompt("its teacher prompt (the rewrite is sampled from this):", teacher_messages(row), tokenizer)
+    print("dry run: data and plan are fine; nothing was sent")
+
+
+async def train(
+    run: Session, log: RunLog, args, rows: list[dict], eval_rows: list[dict], stop: StopFlag
+) -> None:
+    # ---- Setup ----
+    training, fmt = run.training, run.fmt
+    adam = adam_params(args)
+    for step in range(run.start, args.steps):
+        # ---- Eval: held-out rows, never trained on ----
+        if eval_rows and args.eval_every and step % args.eval_every == 0:
+            await evaluate(training, fmt, eval_rows, log, args, step)
+        started = time.monotonic()
+        batch = rows_for_step(rows, step, args.prompts_per_step, args.seed)
+
+        # ---- Sample: rewrites come from the current weights, a fresh sampler every step ----
+        sampler = await training.save_weights_and_get_sampling_client()
+
+        # ---- Score: a failed rewrite falls back to its demonstration ----
+        datums_D, fallbacks = await rewrite(sampler, fmt, batch, args, step)
+        metrics = {
+            "train/n_datums": len(datums_D),
+            "train/fallback_frac": sum(fallbacks.values()) / len(datums_D),
+            "train/fallbacks": dict(fallbacks),
+            "train/truncated": fmt.truncated,  # prompts cut to MAX_LENGTH so far in this run
+            "optim/lr": args.lr,
+        }
+
+        # ---- Train step: submit both, then wait; the optimizer step queues behind the gradients ----
+        fwd_bwd = training.forward_backward(datums_D, LOSS, loss_fn_config=LOSS_CONFIG)
+        optim = training.optim_step(adam)
+        metrics["train/loss"] = loss_per_token(await fwd_bwd, datums_D)
+        metrics.update(optim_metrics(await optim))
+
+        # ---- Log ----
+        record = {
+            "step": step,
+            "split": "train",
+            **metrics,
+            "time/step": round(time.monotonic() - started, 3),
+        }
+        log.write(record)
+        kept = len(datums_D) - sum(fallbacks.values())
+        print(
+            f"step {step:4d} | loss {record['train/loss']:.4f} | rewrites kept {kept}/{len(datums_D)}"
+            f" | {record['time/step']:.1f}s"
+        )
+
+        # ---- Checkpoint ----
+        if step == args.steps - 1 or stop.set or (args.save_every and (step + 1) % args.save_every == 0):
+            await save_checkpoint(training, log, args.out, step)
+        if stop.set:
+            return
+    # ---- Final eval, and what the trained weights answer ----
+    if eval_rows and args.eval_every:
+        await evaluate(training, fmt, eval_rows, log, args, args.steps)
+    await show_sample(training, fmt, (eval_rows or rows)[0], args)
+
+
+# ======== Plumbing: the same in every loop rtc writes (flags, data, chat format, logging, ========
+# ======== checkpoints, connection, Ctrl-C). Nothing below is specific to sdft. ========
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -133,7 +287,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--group-size", type=int, default=GROUP_SIZE, help="rewrites per demonstration")
     parser.add_argument(
-        "--prompts-per-step", type=int, default=PROMPTS_PER_STEP, help="demonstrations per step"
+        "--prompts-per-step",
+        type=int,
+        default=PROMPTS_PER_STEP,
+        help="demonstrations per step",
     )
     parser.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help="longest rewrite, in tokens")
     parser.add_argument("--temperature", type=float, default=TEMPERATURE, help="sampling temperature")
@@ -157,7 +314,8 @@ class DataError(Exception):
     """A problem in a dataset file, reported as `file:line: message`."""
 
 
-ROW_TYPES = {"prompt": (str, list), "completion": str}
+# The keys of a row and what each holds: messages (a string or chat messages), text, object.
+ROW_KEYS = {"prompt": "messages", "completion": "text"}
 ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -188,13 +346,14 @@ def load_dataset(path: str) -> list[dict]:
 def check_row(row: object, where: str) -> None:
     if not isinstance(row, dict):
         raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
-    missing = [key for key in ROW_TYPES if key not in row]
+    missing = [key for key in ROW_KEYS if key not in row]
     if missing:
-        raise DataError(f"{where}: missing key(s) {', '.join(missing)}; a row needs {', '.join(ROW_TYPES)}")
-    check_prompt(row["prompt"], where)
-    for key, kind in ROW_TYPES.items():
-        if key != "prompt" and not isinstance(row[key], kind):
-            raise DataError(f"{where}: {key!r} must be a {kind.__name__}, got {type(row[key]).__name__}")
+        raise DataError(f"{where}: missing key(s) {', '.join(missing)}; a row needs {', '.join(ROW_KEYS)}")
+    for key, kind in ROW_KEYS.items():
+        if kind == "messages":
+            check_prompt(row[key], where)
+        elif not isinstance(row[key], wanted := dict if kind == "object" else str):
+            raise DataError(f"{where}: {key!r} must be a {wanted.__name__}, got {type(row[key]).__name__}")
 
 
 def check_prompt(prompt: object, where: str) -> None:
@@ -221,10 +380,22 @@ def rows_for_step(rows: list[dict], step: int, per_step: int, seed: int) -> list
     out = []
     for i in range(step * per_step, (step + 1) * per_step):
         epoch, index = divmod(i, len(rows))
-        order = list(range(len(rows)))
-        random.Random(seed * 1_000_003 + epoch).shuffle(order)
-        out.append(rows[order[index]])
+        out.append(rows[epoch_order(len(rows), seed, epoch)[index]])
     return out
+
+
+_ORDERS: dict[tuple[int, int, int], list[int]] = {}
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
+    """The shuffled row order of one epoch, computed once per epoch."""
+    key = (n, seed, epoch)
+    if key not in _ORDERS:
+        order = list(range(n))
+        random.Random(seed * 1_000_003 + epoch).shuffle(order)
+        _ORDERS.clear()  # one epoch (two at a boundary) is all a run needs at a time
+        _ORDERS[key] = order
+    return _ORDERS[key]
 
 
 def as_messages(prompt: str | list[dict]) -> list[dict]:
@@ -312,6 +483,11 @@ class RunLog:
         partial = self.metrics.with_name(self.metrics.name + ".tmp")
         partial.write_text("".join(line + "\n" for line in kept))
         partial.replace(self.metrics)  # atomic: a crash here cannot lose the log
+
+
+def optim_metrics(result) -> dict:
+    """optim_step's metrics (`grad_norm:mean`, ...) as `optim/grad_norm`, ..."""
+    return {f"optim/{key.split(':')[0]}": value for key, value in (result.metrics or {}).items()}
 
 
 async def save_checkpoint(training, log: RunLog, out: str, step: int, **extra) -> str:
@@ -450,142 +626,6 @@ class StopFlag:
             raise KeyboardInterrupt
         self.set = True
         print("\ninterrupted: finishing this step and saving a checkpoint (Ctrl-C again to stop now)")
-
-
-# ---- Self-distillation ----
-
-
-def teacher_messages(row: dict) -> list[dict]:
-    """The task prompt with the demonstration appended to its last user turn."""
-    messages = as_messages(row["prompt"])
-    shown = TEACHER_PROMPT.format(demonstration=row["completion"])
-    if messages[-1]["role"] == "user":
-        messages[-1] = {"role": "user", "content": messages[-1]["content"] + "\n\n" + shown}
-    else:
-        messages.append({"role": "user", "content": shown})
-    return messages
-
-
-def rewrite_problem(text: str, stop_reason: str) -> str | None:
-    """Why a rewrite must fall back to the demonstration, or None to keep it."""
-    if not text.strip():
-        return "empty"
-    if stop_reason == "length":
-        return "cut off"
-    if MENTIONS_SOURCE.search(text):
-        return "mentions the demonstration"
-    return None
-
-
-def sft_datum(prompt: list[int], completion: list[int]) -> types.Datum:
-    """Next-token datum: inputs are tokens[:-1], targets tokens[1:], weight 1 on completion targets only."""
-    tokens = prompt + completion
-    weights = [0.0] * (len(prompt) - 1) + [1.0] * len(completion)
-    return types.Datum(
-        model_input=types.ModelInput.from_ints(tokens[:-1]),
-        loss_fn_inputs={"target_tokens": tokens[1:], "weights": weights},
-    )
-
-
-def demonstration_datum(fmt: ChatFormat, row: dict) -> types.Datum:
-    completion = fmt.completion(row["completion"])
-    return sft_datum(fmt.prompt(as_messages(row["prompt"]), room=len(completion)), completion)
-
-
-async def evaluate(training, fmt: ChatFormat, eval_rows: list[dict], log: RunLog, step: int) -> None:
-    """Per-token loss of the held-out demonstrations under the current weights (forward only)."""
-    datums = [demonstration_datum(fmt, row) for row in eval_rows]
-    output = await training.forward(datums, "cross_entropy")
-    loss = loss_per_token(output, datums)
-    log.write({"step": step, "split": "eval", "loss": loss, "n_datums": len(datums)})
-    print(f"step {step:4d} | eval loss {loss:.4f} | {len(datums)} demonstrations")
-
-
-async def rewrite(sampler, fmt: ChatFormat, rows: list[dict], args, step: int) -> tuple[list, Counter]:
-    """Sample GROUP_SIZE rewrites of every demonstration at once; one datum per rewrite."""
-    requests = []
-    for i, row in enumerate(rows):
-        params = types.SamplingParams(
-            max_tokens=args.max_tokens,
-            temperature=args.temperature,
-            top_p=TOP_P,
-            stop=fmt.end_of_turn,
-            seed=args.seed * 1_000_003 + step * 1_000 + i,
-        )
-        prompt = types.ModelInput.from_ints(fmt.prompt(teacher_messages(row), room=args.max_tokens))
-        requests.append(sampler.sample(prompt=prompt, num_samples=args.group_size, sampling_params=params))
-    responses = await asyncio.gather(*requests)
-
-    datums, fallbacks = [], Counter()
-    for row, response in zip(rows, responses, strict=True):
-        for sequence in response.sequences:
-            tokens = list(sequence.tokens)
-            if tokens and tokens[-1] in fmt.end_of_turn:
-                tokens.pop()
-            problem = rewrite_problem(fmt.decode(tokens), sequence.stop_reason)
-            if problem:
-                fallbacks[problem] += 1
-                datums.append(demonstration_datum(fmt, row))
-                continue
-            completion = tokens + fmt.end_of_turn[:1]
-            datums.append(sft_datum(fmt.prompt(as_messages(row["prompt"]), room=len(completion)), completion))
-    return datums, fallbacks
-
-
-def dry_run(args, rows: list[dict], tokenizer) -> None:
-    row = rows_for_step(rows, 0, 1, args.seed)[0]
-    show_prompt("first student prompt:", as_messages(row["prompt"]), tokenizer)
-    show_prompt("its teacher prompt (the rewrite is sampled from this):", teacher_messages(row), tokenizer)
-    print("dry run: data and plan are fine; nothing was sent")
-
-
-async def train(
-    run: Session, log: RunLog, args, rows: list[dict], eval_rows: list[dict], stop: StopFlag
-) -> None:
-    training, fmt = run.training, run.fmt
-    adam = adam_params(args)
-    for step in range(run.start, args.steps):
-        if eval_rows and args.eval_every and step % args.eval_every == 0:
-            await evaluate(training, fmt, eval_rows, log, step)
-        started = time.monotonic()
-        batch = rows_for_step(rows, step, args.prompts_per_step, args.seed)
-
-        # Rewrites come from the current weights: a fresh sampler every step.
-        sampler = await training.save_weights_and_get_sampling_client()
-        datums, fallbacks = await rewrite(sampler, fmt, batch, args, step)
-
-        # Submit both, then wait: the optimizer step queues behind the gradients on the server.
-        fwd_bwd = training.forward_backward(datums, "cross_entropy")
-        optim = training.optim_step(adam)
-        output = await fwd_bwd
-        await optim
-
-        n_fallback = sum(fallbacks.values())
-        record = {
-            "step": step,
-            "split": "train",
-            "loss": loss_per_token(output, datums),
-            "n_datums": len(datums),
-            "fallback_frac": n_fallback / len(datums),
-            "fallbacks": dict(fallbacks),
-            "truncated": fmt.truncated,  # prompts cut to MAX_LENGTH so far in this run
-            "lr": args.lr,
-            "time_s": round(time.monotonic() - started, 3),
-        }
-        log.write(record)
-        kept = len(datums) - n_fallback
-        print(
-            f"step {step:4d} | loss {record['loss']:.4f} | rewrites kept {kept}/{len(datums)}"
-            f" | {record['time_s']:.1f}s"
-        )
-        last = step == args.steps - 1
-        if last or stop.set or (args.save_every and (step + 1) % args.save_every == 0):
-            await save_checkpoint(training, log, args.out, step)
-        if stop.set:
-            return
-    if eval_rows and args.eval_every:
-        await evaluate(training, fmt, eval_rows, log, args.steps)
-    await show_sample(training, fmt, (eval_rows or rows)[0], args)
 
 
 async def run_session(args, rows: list[dict], eval_rows: list[dict], stop: StopFlag) -> None:

@@ -16,16 +16,20 @@ Tinker primitives used in this file:
 Run it on Tinker:
   pip install tinker==0.38.0
   export TINKER_API_KEY=tml-...
-  python sft-chat-qwen3.py --data recipes/data/sft-chat.jsonl --eval-data
-    recipes/data/sft-chat.eval.jsonl
+  python sft-chat-qwen3.py \
+    --data recipes/data/sft-chat.jsonl \
+    --eval-data recipes/data/sft-chat.eval.jsonl
 
 Run it on this machine (rtc serve trains a small local model on the CPU):
-  rtc run sft-chat-qwen3.py --data recipes/data/sft-chat.jsonl --eval-data
-    recipes/data/sft-chat.eval.jsonl
+  rtc run sft-chat-qwen3.py \
+    --data recipes/data/sft-chat.jsonl \
+    --eval-data recipes/data/sft-chat.eval.jsonl
 
 Check the data and the run plan without network or API key:
-  python sft-chat-qwen3.py --dry-run --data recipes/data/sft-chat.jsonl --eval-data
-    recipes/data/sft-chat.eval.jsonl
+  python sft-chat-qwen3.py \
+    --dry-run \
+    --data recipes/data/sft-chat.jsonl \
+    --eval-data recipes/data/sft-chat.eval.jsonl
 
 Dataset JSONL, one object per line (--data, and --eval-data for a held-out set that is scored,
 never trained on):
@@ -57,6 +61,7 @@ import socket
 import sys
 import time
 import urllib.parse
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,7 +78,7 @@ LEARNING_RATE = 0.000491  # --lr: Adam learning rate (qwen LoRA rule 5e-4*(2000/
 STEPS = 60  # --steps: optimizer steps in the whole run
 RUN_NAME = Path(__file__).stem  # --out: names checkpoints and the log directory
 BATCH_SIZE = 8  # --batch-size: demonstrations per step
-MAX_TOKENS = 256  # --max-tokens: longest sampled completion, in tokens
+MAX_TOKENS = 256  # --max-tokens: longest final sample, in tokens
 TEMPERATURE = 0.7  # --temperature: sampling temperature
 TOP_P = 1.0  # nucleus sampling; 1.0 = off
 EVAL_EVERY = 10  # --eval-every: score --eval-data every N steps; 0 = never
@@ -86,6 +91,97 @@ END_OF_TURN = ["<|im_end|>"]  # from the catalog; checked against the tokenizer 
 ADAM_BETAS = (0.9, 0.95)
 ADAM_EPS = 1e-8  # the usual value for LoRA; the SDK's default (1e-12) is for full fine-tuning
 TINKER_URL = "https://tinker.thinkingmachines.dev/services/tinker-prod"  # unless TINKER_BASE_URL is set
+LOSS = "cross_entropy"  # next-token negative log-likelihood of the weighted (completion) tokens
+LOSS_CONFIG = None  # cross_entropy takes no options
+
+
+# ======== The method: sft ========
+
+
+def sft_datum(prompt: list[int], completion: list[int]) -> types.Datum:
+    """Next-token datum: inputs are tokens[:-1], targets tokens[1:], weight 1 on completion targets only."""
+    tokens = prompt + completion
+    weights = [0.0] * (len(prompt) - 1) + [1.0] * len(completion)
+    return types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={"target_tokens": tokens[1:], "weights": weights},
+    )
+
+
+def demonstration_datum(fmt: ChatFormat, row: dict) -> types.Datum:
+    completion = fmt.completion(row["completion"])
+    return sft_datum(fmt.prompt(as_messages(row["prompt"]), room=len(completion)), completion)
+
+
+async def evaluate(training, fmt: ChatFormat, eval_rows: list[dict], log: RunLog, args, step: int) -> None:
+    """Per-token loss of the held-out demonstrations under the current weights (forward only)."""
+    datums_D = [demonstration_datum(fmt, row) for row in eval_rows]
+    loss = loss_per_token(await training.forward(datums_D, "cross_entropy"), datums_D)
+    log.write({"step": step, "split": "eval", "eval/loss": loss, "eval/n_datums": len(datums_D)})
+    print(f"step {step:4d} | eval loss {loss:.4f} | {len(datums_D)} demonstrations")
+
+
+def dry_run(args, rows: list[dict], tokenizer) -> None:
+    row = rows_for_step(rows, 0, 1, args.seed)[0]
+    show_prompt("first prompt:", as_messages(row["prompt"]), tokenizer)
+    print(f"  its completion (trained on, then the end-of-turn token): {prompt_preview(row['completion'])}")
+    print("dry run: data and plan are fine; nothing was sent")
+
+
+async def train(
+    run: Session, log: RunLog, args, rows: list[dict], eval_rows: list[dict], stop: StopFlag
+) -> None:
+    # ---- Setup ----
+    training, fmt = run.training, run.fmt
+    adam = adam_params(args)
+    for step in range(run.start, args.steps):
+        # ---- Eval: held-out rows, never trained on ----
+        if eval_rows and args.eval_every and step % args.eval_every == 0:
+            await evaluate(training, fmt, eval_rows, log, args, step)
+        started = time.monotonic()
+        batch = rows_for_step(rows, step, args.batch_size, args.seed)
+
+        # ---- Datums: each demonstration, its completion tokens weighted 1 ----
+        datums_D = [demonstration_datum(fmt, row) for row in batch]
+        metrics = {
+            "train/n_datums": len(datums_D),
+            "train/n_tokens": int(sum(sum(datum.loss_fn_inputs["weights"].data) for datum in datums_D)),
+            "train/truncated": fmt.truncated,  # prompts cut to MAX_LENGTH so far in this run
+            "optim/lr": args.lr,
+        }
+
+        # ---- Train step: submit both, then wait; the optimizer step queues behind the gradients ----
+        fwd_bwd = training.forward_backward(datums_D, LOSS, loss_fn_config=LOSS_CONFIG)
+        optim = training.optim_step(adam)
+        metrics["train/loss"] = loss_per_token(await fwd_bwd, datums_D)
+        metrics.update(optim_metrics(await optim))
+
+        # ---- Log ----
+        record = {
+            "step": step,
+            "split": "train",
+            **metrics,
+            "time/step": round(time.monotonic() - started, 3),
+        }
+        log.write(record)
+        print(
+            f"step {step:4d} | loss {record['train/loss']:.4f} | {record['train/n_tokens']} tokens"
+            f" | {record['time/step']:.1f}s"
+        )
+
+        # ---- Checkpoint ----
+        if step == args.steps - 1 or stop.set or (args.save_every and (step + 1) % args.save_every == 0):
+            await save_checkpoint(training, log, args.out, step)
+        if stop.set:
+            return
+    # ---- Final eval, and what the trained weights answer ----
+    if eval_rows and args.eval_every:
+        await evaluate(training, fmt, eval_rows, log, args, args.steps)
+    await show_sample(training, fmt, (eval_rows or rows)[0], args)
+
+
+# ======== Plumbing: the same in every loop rtc writes (flags, data, chat format, logging, ========
+# ======== checkpoints, connection, Ctrl-C). Nothing below is specific to sft. ========
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -132,7 +228,8 @@ class DataError(Exception):
     """A problem in a dataset file, reported as `file:line: message`."""
 
 
-ROW_TYPES = {"prompt": (str, list), "completion": str}
+# The keys of a row and what each holds: messages (a string or chat messages), text, object.
+ROW_KEYS = {"prompt": "messages", "completion": "text"}
 ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -163,13 +260,14 @@ def load_dataset(path: str) -> list[dict]:
 def check_row(row: object, where: str) -> None:
     if not isinstance(row, dict):
         raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
-    missing = [key for key in ROW_TYPES if key not in row]
+    missing = [key for key in ROW_KEYS if key not in row]
     if missing:
-        raise DataError(f"{where}: missing key(s) {', '.join(missing)}; a row needs {', '.join(ROW_TYPES)}")
-    check_prompt(row["prompt"], where)
-    for key, kind in ROW_TYPES.items():
-        if key != "prompt" and not isinstance(row[key], kind):
-            raise DataError(f"{where}: {key!r} must be a {kind.__name__}, got {type(row[key]).__name__}")
+        raise DataError(f"{where}: missing key(s) {', '.join(missing)}; a row needs {', '.join(ROW_KEYS)}")
+    for key, kind in ROW_KEYS.items():
+        if kind == "messages":
+            check_prompt(row[key], where)
+        elif not isinstance(row[key], wanted := dict if kind == "object" else str):
+            raise DataError(f"{where}: {key!r} must be a {wanted.__name__}, got {type(row[key]).__name__}")
 
 
 def check_prompt(prompt: object, where: str) -> None:
@@ -196,10 +294,22 @@ def rows_for_step(rows: list[dict], step: int, per_step: int, seed: int) -> list
     out = []
     for i in range(step * per_step, (step + 1) * per_step):
         epoch, index = divmod(i, len(rows))
-        order = list(range(len(rows)))
-        random.Random(seed * 1_000_003 + epoch).shuffle(order)
-        out.append(rows[order[index]])
+        out.append(rows[epoch_order(len(rows), seed, epoch)[index]])
     return out
+
+
+_ORDERS: dict[tuple[int, int, int], list[int]] = {}
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
+    """The shuffled row order of one epoch, computed once per epoch."""
+    key = (n, seed, epoch)
+    if key not in _ORDERS:
+        order = list(range(n))
+        random.Random(seed * 1_000_003 + epoch).shuffle(order)
+        _ORDERS.clear()  # one epoch (two at a boundary) is all a run needs at a time
+        _ORDERS[key] = order
+    return _ORDERS[key]
 
 
 def as_messages(prompt: str | list[dict]) -> list[dict]:
@@ -287,6 +397,11 @@ class RunLog:
         partial = self.metrics.with_name(self.metrics.name + ".tmp")
         partial.write_text("".join(line + "\n" for line in kept))
         partial.replace(self.metrics)  # atomic: a crash here cannot lose the log
+
+
+def optim_metrics(result) -> dict:
+    """optim_step's metrics (`grad_norm:mean`, ...) as `optim/grad_norm`, ..."""
+    return {f"optim/{key.split(':')[0]}": value for key, value in (result.metrics or {}).items()}
 
 
 async def save_checkpoint(training, log: RunLog, out: str, step: int, **extra) -> str:
@@ -422,83 +537,6 @@ class StopFlag:
             raise KeyboardInterrupt
         self.set = True
         print("\ninterrupted: finishing this step and saving a checkpoint (Ctrl-C again to stop now)")
-
-
-# ---- Supervised fine-tuning ----
-
-
-def sft_datum(prompt: list[int], completion: list[int]) -> types.Datum:
-    """Next-token datum: inputs are tokens[:-1], targets tokens[1:], weight 1 on completion targets only."""
-    tokens = prompt + completion
-    weights = [0.0] * (len(prompt) - 1) + [1.0] * len(completion)
-    return types.Datum(
-        model_input=types.ModelInput.from_ints(tokens[:-1]),
-        loss_fn_inputs={"target_tokens": tokens[1:], "weights": weights},
-    )
-
-
-def demonstration_datum(fmt: ChatFormat, row: dict) -> types.Datum:
-    completion = fmt.completion(row["completion"])
-    return sft_datum(fmt.prompt(as_messages(row["prompt"]), room=len(completion)), completion)
-
-
-async def evaluate(training, fmt: ChatFormat, eval_rows: list[dict], log: RunLog, step: int) -> None:
-    """Per-token loss of the held-out demonstrations under the current weights (forward only)."""
-    datums = [demonstration_datum(fmt, row) for row in eval_rows]
-    output = await training.forward(datums, "cross_entropy")
-    loss = loss_per_token(output, datums)
-    log.write({"step": step, "split": "eval", "loss": loss, "n_datums": len(datums)})
-    print(f"step {step:4d} | eval loss {loss:.4f} | {len(datums)} demonstrations")
-
-
-def dry_run(args, rows: list[dict], tokenizer) -> None:
-    row = rows_for_step(rows, 0, 1, args.seed)[0]
-    show_prompt("first prompt:", as_messages(row["prompt"]), tokenizer)
-    print(f"  its completion (trained on, then the end-of-turn token): {prompt_preview(row['completion'])}")
-    print("dry run: data and plan are fine; nothing was sent")
-
-
-async def train(
-    run: Session, log: RunLog, args, rows: list[dict], eval_rows: list[dict], stop: StopFlag
-) -> None:
-    training, fmt = run.training, run.fmt
-    adam = adam_params(args)
-    for step in range(run.start, args.steps):
-        if eval_rows and args.eval_every and step % args.eval_every == 0:
-            await evaluate(training, fmt, eval_rows, log, step)
-        started = time.monotonic()
-        batch = rows_for_step(rows, step, args.batch_size, args.seed)
-        datums = [demonstration_datum(fmt, row) for row in batch]
-
-        # Submit both, then wait: the optimizer step queues behind the gradients on the server.
-        fwd_bwd = training.forward_backward(datums, "cross_entropy")
-        optim = training.optim_step(adam)
-        output = await fwd_bwd
-        await optim
-
-        record = {
-            "step": step,
-            "split": "train",
-            "loss": loss_per_token(output, datums),
-            "n_datums": len(datums),
-            "n_tokens": int(sum(sum(datum.loss_fn_inputs["weights"].data) for datum in datums)),
-            "truncated": fmt.truncated,  # prompts cut to MAX_LENGTH so far in this run
-            "lr": args.lr,
-            "time_s": round(time.monotonic() - started, 3),
-        }
-        log.write(record)
-        print(
-            f"step {step:4d} | loss {record['loss']:.4f} | {record['n_tokens']} tokens"
-            f" | {record['time_s']:.1f}s"
-        )
-        last = step == args.steps - 1
-        if last or stop.set or (args.save_every and (step + 1) % args.save_every == 0):
-            await save_checkpoint(training, log, args.out, step)
-        if stop.set:
-            return
-    if eval_rows and args.eval_every:
-        await evaluate(training, fmt, eval_rows, log, args.steps)
-    await show_sample(training, fmt, (eval_rows or rows)[0], args)
 
 
 async def run_session(args, rows: list[dict], eval_rows: list[dict], stop: StopFlag) -> None:

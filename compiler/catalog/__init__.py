@@ -1,4 +1,4 @@
-"""The catalog: models, signals, methods, losses and tasks, as data (the YAML files beside this).
+"""The catalog: models, signals, methods, losses, tasks and card fields, as data (the YAML files beside this).
 
 Loaded once, on first use, into frozen dataclasses. Defaults that depend on the model (the LoRA
 learning rate by family) are computed here, with a note that says where the number came from.
@@ -48,11 +48,44 @@ def _billions(value: float | None) -> str:
 
 
 @dataclass(frozen=True)
+class RowKey:
+    name: str
+    kind: str  # "messages" (str or chat messages) | "text" | "object"
+    shown: str  # how the loop's header shows it
+
+
+@dataclass(frozen=True)
 class Signal:
     name: str
     summary: str
-    row: dict[str, str]
-    required_keys: tuple[str, ...]
+    row: tuple[RowKey, ...]
+
+
+@dataclass(frozen=True)
+class Field:
+    """A card field (fields.yaml): its schema, meaning, default, and the loop setting it becomes."""
+
+    name: str
+    doc: str
+    schema: dict
+    required: bool = False
+    enum: str | None = None  # catalog part whose names are the allowed values
+    default: object = None
+    per_method: bool = False  # only the methods that list it read it
+    constant: str | None = None
+    flag: str | None = None
+    type: str | None = None  # argparse type of the flag
+    positive: bool = False
+    starter: str | bool | None = None
+
+
+@dataclass(frozen=True)
+class MethodField:
+    """A per-method field as one method uses it: the help of its flag, the comment of its constant."""
+
+    name: str
+    help: str
+    comment: str
 
 
 @dataclass(frozen=True)
@@ -60,11 +93,25 @@ class Method:
     name: str
     signal: str
     summary: str
+    template: str
     losses: tuple[str, ...]
     default_loss: str
-    default_lr: float
-    uses: tuple[str, ...]
+    defaults: dict
+    fields: tuple[MethodField, ...]
+    rows_per_step: str
+    imports: tuple[str, ...]
     primitives: tuple[str, ...]
+    loss_line: str
+    max_tokens_help: str
+
+    @property
+    def default_lr(self) -> float:
+        return float(self.defaults["lr"])
+
+    @property
+    def uses(self) -> tuple[str, ...]:
+        """The per-method fields this method reads."""
+        return tuple(f.name for f in self.fields)
 
 
 @dataclass(frozen=True)
@@ -98,6 +145,7 @@ class Catalog:
     methods: dict[str, Method]
     losses: dict[str, Loss]
     tasks: dict[str, Task]
+    fields: dict[str, Field]
 
 
 def _read(name: str) -> dict:
@@ -105,11 +153,34 @@ def _read(name: str) -> dict:
         return yaml.safe_load(handle)
 
 
+def _method(name: str, d: dict) -> Method:
+    fields = tuple(
+        MethodField(name=field, help=spec["help"], comment=spec.get("comment", spec["help"]))
+        for field, spec in d["fields"].items()
+    )
+    return Method(
+        name=name,
+        signal=d["signal"],
+        summary=d["summary"],
+        template=d["template"],
+        losses=tuple(d["losses"]),
+        default_loss=d["default_loss"],
+        defaults=dict(d["defaults"]),
+        fields=fields,
+        rows_per_step=d["rows_per_step"],
+        imports=tuple(d["imports"]),
+        primitives=tuple(d["primitives"]),
+        loss_line=d["loss_line"],
+        max_tokens_help=d["max_tokens_help"],
+    )
+
+
 @cache
 def load_catalog() -> Catalog:
     models_doc = _read("models.yaml")
     methods_doc = _read("methods.yaml")
     tasks_doc = _read("tasks.yaml")
+    fields_doc = _read("fields.yaml")
     models = {}
     for entry in models_doc["models"]:
         entry = dict(entry)
@@ -117,22 +188,14 @@ def load_catalog() -> Catalog:
         entry["end_of_turn"] = tuple(entry["end_of_turn"])
         models[entry["name"]] = Model(**entry)
     signals = {
-        name: Signal(name=name, summary=d["summary"], row=d["row"], required_keys=tuple(d["required_keys"]))
+        name: Signal(
+            name=name,
+            summary=d["summary"],
+            row=tuple(RowKey(name=key, kind=k["kind"], shown=k["shown"]) for key, k in d["row"].items()),
+        )
         for name, d in methods_doc["signals"].items()
     }
-    methods = {
-        name: Method(
-            name=name,
-            signal=d["signal"],
-            summary=d["summary"],
-            losses=tuple(d["losses"]),
-            default_loss=d["default_loss"],
-            default_lr=float(d["default_lr"]),
-            uses=tuple(d["uses"]),
-            primitives=tuple(d["primitives"]),
-        )
-        for name, d in methods_doc["methods"].items()
-    }
+    methods = {name: _method(name, d) for name, d in methods_doc["methods"].items()}
     losses = {
         name: Loss(
             name=name,
@@ -155,7 +218,40 @@ def load_catalog() -> Catalog:
         )
         for name, d in tasks_doc["tasks"].items()
     }
-    return Catalog(models=models, signals=signals, methods=methods, losses=losses, tasks=tasks)
+    fields = {
+        name: Field(name=name, schema=d.pop("schema", {}), **d) for name, d in fields_doc["fields"].items()
+    }
+    catalog = Catalog(
+        models=models, signals=signals, methods=methods, losses=losses, tasks=tasks, fields=fields
+    )
+    _check(catalog)
+    return catalog
+
+
+def _check(catalog: Catalog) -> None:
+    """Refuse a catalog whose parts do not fit together (a mistake in the YAML, not in a card)."""
+    problems = []
+    for method in catalog.methods.values():
+        where = f"methods.yaml: {method.name}"
+        if method.signal not in catalog.signals:
+            problems.append(f"{where}: unknown signal {method.signal!r}")
+        for loss in (*method.losses, method.default_loss):
+            if loss not in catalog.losses:
+                problems.append(f"{where}: unknown loss {loss!r}")
+        for name in method.uses:
+            field = catalog.fields.get(name)
+            if field is None or not field.per_method:
+                problems.append(f"{where}: {name!r} is not a per-method field in fields.yaml")
+        for name in method.defaults:
+            if name not in catalog.fields:
+                problems.append(f"{where}: default for unknown field {name!r}")
+        if method.rows_per_step not in method.uses:
+            problems.append(f"{where}: rows_per_step {method.rows_per_step!r} is not one of its fields")
+        missing = [name for name in ("steps", "lr", "sampling", *method.uses) if name not in method.defaults]
+        if missing:
+            problems.append(f"{where}: no default for {', '.join(missing)}")
+    if problems:
+        raise ValueError("rtc catalog is inconsistent:\n  " + "\n  ".join(problems))
 
 
 # tinker-cookbook's LoRA learning-rate rule: lr = 5e-4 * (2000 / hidden_size) ** exponent.

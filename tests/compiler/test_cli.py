@@ -253,7 +253,9 @@ def test_new_refuses_to_overwrite(tmp_path):
 def test_new_rejects_a_method_of_another_signal_and_suggests_a_model():
     result = rtc(*[a if a != "grpo" else "dpo" for a in NEW_ARGS])
     assert result.exit_code == 2
-    assert result.stderr == "Error: --method dpo learns from preferences, not environment\n"
+    assert result.stderr == (
+        "Error: --method: method dpo learns from preferences, not environment; for environment use: grpo\n"
+    )
     result = rtc(*NEW_ARGS[:-1], "Qwen/Qwen3-8b")
     assert result.exit_code == 2
     assert "unknown model 'Qwen/Qwen3-8b'; did you mean 'Qwen/Qwen3-8B'?" in result.stderr

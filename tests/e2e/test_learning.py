@@ -31,7 +31,7 @@ def test_sft_loss_falls_by_half(run_loop, tmp_path):
         "4",
     )
     assert result.returncode == 0, result.stderr
-    losses = [r["loss"] for r in train_records(tmp_path / "runs" / "sft-chat-qwen3" / "metrics.jsonl")]
+    losses = [r["train/loss"] for r in train_records(tmp_path / "runs" / "sft-chat-qwen3" / "metrics.jsonl")]
     assert len(losses) == 25
     assert losses[-1] <= losses[0] / 2, losses
 
@@ -65,8 +65,8 @@ def test_sdft_loss_falls(run_loop, tmp_path):
     )
     assert result.returncode == 0, result.stderr
     records = train_records(tmp_path / "runs" / "sdft-tool-agents-nemotron" / "metrics.jsonl")
-    first, last = records[0]["loss"], records[-1]["loss"]
-    assert last < 0.7 * first, [r["loss"] for r in records]
+    first, last = records[0]["train/loss"], records[-1]["train/loss"]
+    assert last < 0.7 * first, [r["train/loss"] for r in records]
 
 
 def test_dpo_prefers_chosen_and_the_margin_grows(run_loop, tmp_path):
@@ -98,9 +98,11 @@ def test_dpo_prefers_chosen_and_the_margin_grows(run_loop, tmp_path):
     )
     assert result.returncode == 0, result.stderr
     records = train_records(tmp_path / "runs" / "dpo-chat-llama3" / "metrics.jsonl")
-    assert records[-1]["accuracy"] >= 0.9, records[-1]
-    assert records[-1]["margin"] > records[0]["margin"] + 0.5, [r["margin"] for r in records]
-    assert records[-1]["loss"] < records[0]["loss"]
+    assert records[-1]["train/accuracy"] >= 0.9, records[-1]
+    assert records[-1]["train/margin"] > records[0]["train/margin"] + 0.5, [
+        r["train/margin"] for r in records
+    ]
+    assert records[-1]["train/loss"] < records[0]["train/loss"]
 
 
 def test_grpo_raises_the_reward_of_a_toy_task(run_loop, tmp_path):
@@ -132,7 +134,7 @@ def test_grpo_raises_the_reward_of_a_toy_task(run_loop, tmp_path):
     )
     assert result.returncode == 0, result.stderr
     rewards = [
-        r["reward"] for r in train_records(tmp_path / "runs" / "grpo-match-deepseek" / "metrics.jsonl")
+        r["train/reward"] for r in train_records(tmp_path / "runs" / "grpo-match-deepseek" / "metrics.jsonl")
     ]
     early, late = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
     assert early < 0.5 and late > early + 0.4, rewards

@@ -27,7 +27,7 @@ def test_sft_resume_reproduces_the_uninterrupted_run(run_loop, tmp_path):
     full = run_loop("sft-chat-qwen3", *args)
     assert full.returncode == 0, full.stderr
     run_dir = tmp_path / "runs" / "sft-chat-qwen3"
-    uninterrupted = {r["step"]: r["loss"] for r in train_records(run_dir / "metrics.jsonl")}
+    uninterrupted = {r["step"]: r["train/loss"] for r in train_records(run_dir / "metrics.jsonl")}
     checkpoints = read_jsonl(run_dir / "checkpoints.jsonl")
     assert [c["step"] for c in checkpoints] == [1, 3, 4]
 
@@ -38,7 +38,7 @@ def test_sft_resume_reproduces_the_uninterrupted_run(run_loop, tmp_path):
     records = train_records(run_dir / "metrics.jsonl")
     assert [r["step"] for r in records] == [0, 1, 2, 3, 4]  # none repeated, none lost
     for record in records:
-        assert record["loss"] == pytest.approx(uninterrupted[record["step"]], rel=1e-4, abs=1e-5)
+        assert record["train/loss"] == pytest.approx(uninterrupted[record["step"]], rel=1e-4, abs=1e-5)
 
 
 def test_resume_latest_after_the_last_step_does_nothing_more(run_loop, tmp_path):
@@ -96,5 +96,9 @@ def test_dpo_resume_keeps_the_original_reference(run_loop, tmp_path):
     assert later and all(c["reference"] == reference for c in later)
     # Against the same reference, the resumed steps reproduce the uninterrupted ones.
     for record in train_records(run_dir / "metrics.jsonl"):
-        assert record["loss"] == pytest.approx(uninterrupted[record["step"]]["loss"], rel=1e-4, abs=1e-5)
-        assert record["margin"] == pytest.approx(uninterrupted[record["step"]]["margin"], rel=1e-3, abs=1e-5)
+        assert record["train/loss"] == pytest.approx(
+            uninterrupted[record["step"]]["train/loss"], rel=1e-4, abs=1e-5
+        )
+        assert record["train/margin"] == pytest.approx(
+            uninterrupted[record["step"]]["train/margin"], rel=1e-3, abs=1e-5
+        )

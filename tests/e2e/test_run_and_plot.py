@@ -21,7 +21,7 @@ def rtc(*args: object, cwd) -> subprocess.CompletedProcess:
 
 def server_processes() -> set[str]:
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return {line.split()[0] for line in out.splitlines() if "-m server --port 0 --model tiny" in line}
+    return {line.split()[0] for line in out.splitlines() if "-m rtc.server --port 0 --model tiny" in line}
 
 
 def test_rtc_run_trains_then_stops_its_server_and_plot_draws_the_curves(server, tmp_path):
@@ -53,7 +53,8 @@ def test_rtc_run_trains_then_stops_its_server_and_plot_draws_the_curves(server, 
     metrics = tmp_path / "runs" / "sft-chat-qwen3" / "metrics.jsonl"
     plotted = rtc("plot", metrics, "-o", tmp_path / "curves.png", cwd=tmp_path)
     assert plotted.returncode == 0, plotted.stderr
-    assert plotted.stdout.strip() == f"wrote {tmp_path / 'curves.png'} (loss)"
+    panels = "loss, optim/grad_norm, optim/lr, time/step"
+    assert plotted.stdout.strip() == f"wrote {tmp_path / 'curves.png'} ({panels})"
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
