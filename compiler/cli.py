@@ -1,6 +1,6 @@
 """The `rtc` command line: a thin layer over the compiler library.
 
-Exit codes, decided here and only here: 0 ok, 1 invalid card / stale output / failed run,
+Exit codes, decided here and only here: 0 ok, 1 invalid card / stale output / failed run or export,
 2 usage error (bad option, missing file). Errors go to stderr as `Error: ...`.
 """
 

@@ -307,11 +307,7 @@ def _not_found(ref: CheckpointPath, state_dir: Path) -> UsageError:
         for p in (run_dir / kind).iterdir()
         if p.is_dir() and not p.name.startswith(".")
     )
-    hint = (
-        f"; that run has {', '.join(saved)}"
-        if saved
-        else "; pass --state-dir if rtc serve ran with one (rtc run uses a temporary one)"
-    )
+    hint = f"; that run has {', '.join(saved)}" if saved else "; pass --state-dir if rtc serve ran with one"
     return UsageError(f"no checkpoint {ref.text} in {state_dir}{hint}")
 
 
@@ -361,6 +357,14 @@ def _download_external(rest, tinker_path: str, destination: Path) -> None:
         _download(urls[name], destination / name)
 
 
+def _hosted_sampler(ref: CheckpointPath) -> UsageError:
+    return UsageError(
+        f"Tinker cannot download sampler checkpoints ({ref.text}); export the state checkpoint of "
+        f"the same step instead: tinker://{ref.run}/weights/<name> (save_state; loops list them in "
+        "checkpoints.jsonl)"
+    )
+
+
 def fetch_hosted(
     ref: CheckpointPath, destination: Path, rest, make_service: Callable[[], Any], warnings: list[str]
 ) -> str:
@@ -369,12 +373,8 @@ def fetch_hosted(
     ``rest`` is a ``tinker.RestClient``; ``make_service`` makes a ``tinker.ServiceClient`` (needed for
     a state checkpoint only, which is exported through a temporary external-weights checkpoint).
     """
-    if ref.kind == "sampler_weights":
-        raise UsageError(
-            f"Tinker cannot download sampler checkpoints ({ref.text}); export the state checkpoint of "
-            f"the same step instead: tinker://{ref.run}/weights/<name> (save_state; loops list them in "
-            "checkpoints.jsonl)"
-        )
+    if ref.kind not in ("weights", "external_weights"):
+        raise _hosted_sampler(ref)
     info = rest.get_weights_info_by_tinker_path(ref.text).result()
     if not info.is_lora:
         raise ExportError(f"{ref.text} is not a LoRA checkpoint (base model {info.base_model})")
@@ -664,6 +664,8 @@ def read_checkpoint(
         return read_local(directory, ref.text)
     if explicit or ref.is_local:
         raise _not_found(ref, state_dir)
+    if ref.kind == "sampler_weights":
+        raise _hosted_sampler(ref)  # before any network call
     try:
         import tinker
     except ImportError:
