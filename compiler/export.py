@@ -247,20 +247,19 @@ def _tinker_module(module: str) -> str:
     return module
 
 
-def read_tinker(directory: Path, source: str, base_model: str) -> Adapter:
+def read_tinker(directory: Path, source: str, base_model: str | None) -> Adapter:
     """Adapter files downloaded from Tinker (its names: ``model.unembed_tokens`` for the unembedding)."""
     config = _read_json(directory / ADAPTER_CONFIG, source)
+    base_model = base_model or config.get("base_model_name_or_path")
+    if not isinstance(base_model, str) or not base_model:
+        raise ExportError(f"{source}: neither Tinker nor {ADAPTER_CONFIG} names the base model")
     tensors = _load_tensors(directory / ADAPTER_WEIGHTS, source)
     pairs = _pairs_from_tensors(tensors, source, rename=_tinker_module)
     rank, alpha = _rank_and_alpha(config, pairs, source)
-    architecture = None
-    try:
-        from .catalog import load_catalog
+    from .catalog import load_catalog
 
-        model = load_catalog().models.get(base_model)
-        architecture = FAMILY_CLASSES.get(model.family) if model else None
-    except (OSError, ValueError, KeyError):
-        architecture = None
+    model = load_catalog().models.get(base_model)
+    architecture = FAMILY_CLASSES.get(model.family) if model else None
     lm_head = pairs.get("lm_head")
     return Adapter(
         pairs=pairs,
@@ -367,20 +366,26 @@ def _hosted_sampler(ref: CheckpointPath) -> UsageError:
 
 def fetch_hosted(
     ref: CheckpointPath, destination: Path, rest, make_service: Callable[[], Any], warnings: list[str]
-) -> str:
-    """Download a hosted checkpoint's adapter files into ``destination``; returns its base model name.
+) -> str | None:
+    """Download a hosted checkpoint's adapter files into ``destination``; returns its base model name
+    (None where Tinker did not say; the adapter's config may).
 
     ``rest`` is a ``tinker.RestClient``; ``make_service`` makes a ``tinker.ServiceClient`` (needed for
     a state checkpoint only, which is exported through a temporary external-weights checkpoint).
     """
     if ref.kind not in ("weights", "external_weights"):
         raise _hosted_sampler(ref)
-    info = rest.get_weights_info_by_tinker_path(ref.text).result()
-    if not info.is_lora:
+    try:
+        info = rest.get_weights_info_by_tinker_path(ref.text).result()
+    except Exception:
+        if ref.kind != "external_weights":
+            raise
+        info = None  # then the base model comes from the export's own adapter_config.json
+    if info is not None and not info.is_lora:
         raise ExportError(f"{ref.text} is not a LoRA checkpoint (base model {info.base_model})")
     if ref.kind == "external_weights":
         _download_external(rest, ref.text, destination)
-        return info.base_model
+        return info.base_model if info is not None else None
     service = make_service()
     status = "errored"
     try:
@@ -400,7 +405,10 @@ def fetch_hosted(
                 )
         status = "success"
     finally:
-        service.close(status).result()
+        try:
+            service.close(status).result()
+        except Exception as error:  # never hide the error that got us here
+            warnings.append(f"could not close the Tinker session ({error})")
     return info.base_model
 
 

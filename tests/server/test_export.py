@@ -365,13 +365,15 @@ class Done:
 class FakeRest:
     """The four RestClient calls rtc export makes, answered from files on disk."""
 
-    def __init__(self, files: Path, base_model: str, urls: dict[str, str] | None = None):
+    def __init__(self, files: Path, base_model: str | None, urls: dict[str, str] | None = None):
         self.files, self.base_model, self.urls = files, base_model, urls
         self.calls: list[tuple[str, str]] = []
         self.deleted: list[str] = []
 
     def get_weights_info_by_tinker_path(self, path):
         self.calls.append(("weights_info", path))
+        if self.base_model is None:
+            raise RuntimeError("weights_info is not available for this checkpoint")
         return Done(SimpleNamespace(base_model=self.base_model, is_lora=True, lora_rank=8))
 
     def get_external_weights_urls(self, path):
@@ -435,6 +437,20 @@ def test_hosted_external_weights_convert_to_the_same_model(tiny_dir, trained, ti
     assert config["base_model_name_or_path"] == "meta-llama/Llama-3.2-1B"
     assert "lm_head" in config["target_modules"]
     assert (peft_logprobs(tiny_dir, out, trained.probe) - trained.logprobs).abs().max() < TOLERANCE
+
+
+def test_hosted_external_weights_take_the_base_model_from_their_config(tinker_files, tmp_path):
+    config = json.loads((tinker_files / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = "meta-llama/Llama-3.2-3B"
+    (tinker_files / "adapter_config.json").write_text(json.dumps(config))
+    out = tmp_path / "adapter"
+    export_checkpoint(
+        "tinker://abc/external_weights/final", out, clients=(FakeRest(tinker_files, None), FakeService)
+    )
+    assert (
+        json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"]
+        == "meta-llama/Llama-3.2-3B"
+    )
 
 
 def test_hosted_state_checkpoint_goes_through_a_temporary_export_that_is_deleted(tinker_files, tmp_path):
