@@ -416,8 +416,9 @@ def _sdk_clients():
     """The real SDK clients (keys and URL from the environment, as for a loop)."""
     import tinker
 
+    rest = tinker.RestClient()  # raises at once without an API key
     _check_reachable()
-    return tinker.RestClient(), lambda: tinker.ServiceClient()
+    return rest, lambda: tinker.ServiceClient()
 
 
 # ---- vLLM ------------------------------------------------------------------------------------------
@@ -681,9 +682,9 @@ def read_checkpoint(
             f"{ref.text} is a hosted Tinker checkpoint; that needs the SDK: pip install tinker==0.38.0"
         ) from None
 
-    rest, make_service = clients if clients is not None else _sdk_clients()
     with tempfile.TemporaryDirectory(prefix="rtc-export-") as downloaded:
         try:
+            rest, make_service = clients if clients is not None else _sdk_clients()
             base_model = fetch_hosted(ref, Path(downloaded), rest, make_service, warnings)
         except (tinker.TinkerError, ValueError) as error:  # the SDK's own (auth, not found, bad path)
             raise ExportError(

@@ -323,6 +323,21 @@ def test_hosted_sampler_checkpoints_are_refused_before_any_network_call(tmp_path
     assert "tinker://0d1c-run/weights/<name>" in result.stderr
 
 
+def test_hosted_checkpoint_without_an_api_key(tmp_path, monkeypatch):
+    """The real SDK path up to its first check: no key, no network call, a plain error."""
+    monkeypatch.setenv("RTC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.tinker/credentials.json
+    for name in ("TINKER_API_KEY", "TINKER_CREDENTIAL_CMD"):
+        monkeypatch.delenv(name, raising=False)
+    result = rtc("export", "tinker://0d1c-run/weights/final", "-o", tmp_path / "o")
+    assert result.exit_code == 1
+    assert result.stderr.startswith(
+        "Error: tinker://0d1c-run/weights/final is not in rtc serve's state directory"
+    )
+    assert "Tinker said: TinkerError: The api_key client option must be set" in result.stderr
+    assert not (tmp_path / "o").exists()
+
+
 # ---- vLLM --------------------------------------------------------------------------------------------
 
 
