@@ -1,6 +1,6 @@
 """The `rtc` command line: a thin layer over the compiler library.
 
-Exit codes, decided here and only here: 0 ok, 1 invalid card / stale output / failed run,
+Exit codes, decided here and only here: 0 ok, 1 invalid card / stale output / failed run or export,
 2 usage error (bad option, missing file). Errors go to stderr as `Error: ...`.
 """
 
@@ -265,6 +265,54 @@ def run_cmd(loop: str, loop_args: tuple[str, ...], serve_model: str, latency_ms:
     from .runner import run_loop
 
     sys.exit(run_loop(loop, list(loop_args), model=serve_model, latency_ms=latency_ms))
+
+
+@cli.command("export")
+@click.argument("checkpoint")
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Directory to write (new or empty).",
+)
+@click.option(
+    "--state-dir",
+    type=click.Path(path_type=Path),
+    help="rtc serve's --state-dir, where its checkpoints are (default: ~/.cache/rtc/serve-state).",
+)
+@click.option("--merge", is_flag=True, help="Write the base model with the LoRA merged in (transformers).")
+@click.option(
+    "--base", help="Base weights for --merge: a model directory, tiny or smollm2 (default: the checkpoint's)."
+)
+@click.option("--vllm", "strict_vllm", is_flag=True, help="Refuse (exit 1) an adapter vLLM would not load.")
+def export_cmd(
+    checkpoint: str, output: Path, state_dir: Path | None, merge: bool, base: str | None, strict_vllm: bool
+) -> None:
+    """Write CHECKPOINT (a tinker:// path) as a PEFT LoRA adapter directory, or merged weights.
+
+    A checkpoint of `rtc serve` is read from its state directory; any other path is downloaded
+    from Tinker with TINKER_API_KEY (state checkpoints, tinker://RUN/weights/NAME: the paths
+    loops list in checkpoints.jsonl). Nothing is written unless the export succeeds.
+
+    \b
+    Example:
+      rtc export tinker://rtc-3f2a_train_0/weights/sft-step-000012 -o adapter/
+      rtc export tinker://rtc-3f2a_train_0/weights/sft-step-000012 --merge -o merged/
+    """
+    try:
+        from .export import export_checkpoint
+    except ImportError as exc:  # pragma: no cover - the compiler-only install
+        raise UsageError(f"rtc export needs the local extra: pip install -e '.[local]' ({exc})") from None
+
+    result = export_checkpoint(
+        checkpoint, output, state_dir=state_dir, merge=merge, base=base, strict_vllm=strict_vllm
+    )
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    click.echo(f"wrote {result.output}: {result.what}", err=True)
+    for note in result.notes:
+        click.echo(f"  {note}", err=True)
 
 
 @cli.command("plot")

@@ -26,7 +26,19 @@ GENERATED = ROOT / "generated"
 CATALOG = ROOT / "compiler" / "catalog"
 SCHEMA_FILE = ROOT / "compiler" / "schema" / "card.schema.json"
 CARDS = sorted(RECIPES.glob("*.yaml"))
-COMMANDS = ["compile", "validate", "build", "list", "schema", "explain", "new", "serve", "run", "plot"]
+COMMANDS = [
+    "compile",
+    "validate",
+    "build",
+    "list",
+    "schema",
+    "explain",
+    "new",
+    "serve",
+    "run",
+    "plot",
+    "export",
+]
 NEW_ARGS = "new --signal environment --method grpo --task math --model Qwen/Qwen3-8B".split()
 INVALID_CARD = "name: broken\ntitle: Broken\nsignal: demonstrations\nmethod: sft\ntask: chat\n" + (
     "model: Qwen/Qwen3-8b\n"
