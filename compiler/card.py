@@ -1,8 +1,9 @@
 """Load a recipe card from YAML, keeping the line and column of every value.
 
-Plain PyYAML has two traps for cards: it silently keeps the last of two duplicate keys, and it reads
-`lr: 5e-4` as the string "5e-4" (YAML 1.1 floats need a dot). Here a duplicate key is an error and
-any plain scalar that looks like a number in scientific notation is read as the float it means.
+Plain PyYAML has three traps for cards: it silently keeps the last of two duplicate keys, it reads
+`lr: 5e-4` as the string "5e-4" (YAML 1.1 floats need a dot), and `on`/`off`/`yes`/`no` as booleans.
+Here a duplicate key is an error, any plain scalar that looks like a number in scientific notation is
+read as the float it means, and only true/false are booleans (as in YAML 1.2).
 """
 
 from __future__ import annotations
@@ -23,9 +24,17 @@ _SCIENTIFIC = re.compile(
 
 
 class _CardLoader(yaml.SafeLoader):
-    """SafeLoader that also resolves `5e-4`-style plain scalars as floats."""
+    """SafeLoader that also resolves `5e-4`-style plain scalars as floats, and reads booleans the way
+    YAML 1.2 does: only true/false; `thinking: on` is the word "on", not a boolean."""
 
 
+_CardLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_CardLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
 _CardLoader.add_implicit_resolver("tag:yaml.org,2002:float", _SCIENTIFIC, list("-+0123456789."))
 
 

@@ -5,6 +5,17 @@ from __future__ import annotations
 from .resolve import ResolvedCard
 
 
+def format_line(card: ResolvedCard) -> str:
+    """The chat format: the renderer and how it renders (`rtc explain`'s format line)."""
+    renderer = card.renderer
+    how = {
+        "tml": f"tml-renderers {renderer.modes[card.thinking].constructor}",
+        "template": "the model's Hugging Face chat template",
+        "base": "plain User:/Assistant: text",
+    }[renderer.kind]
+    return f"{renderer.name} ({how})"
+
+
 def explain_lines(card: ResolvedCard) -> list[str]:
     o = card.origins
     rows: list[tuple[str, object, str]] = [
@@ -14,6 +25,9 @@ def explain_lines(card: ResolvedCard) -> list[str]:
         ("method", card.method.name, o["method"]),
         ("task", card.task.name, o["task"]),
         ("model", f"{card.model.name} ({card.model.size})", o["model"]),
+        ("format", format_line(card), f"catalog: {card.model.name}"),
+        ("thinking", card.thinking, o["thinking"]),
+        ("trained", card.renderer.modes[card.thinking].trained, "renderers.yaml"),
         ("loss", card.loss.name, o["loss"]),
     ]
     rows += [(f"loss_config.{k}", v, o[f"loss_config.{k}"]) for k, v in card.loss_config.items()]

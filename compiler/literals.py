@@ -86,17 +86,23 @@ def py_docstring(text: str) -> str:
     return "".join(out)
 
 
-def py_str_block(text: str | None, indent: int = 0, width: int = 100) -> str:
-    """Like `py_literal`, but a long string becomes parenthesised pieces of at most `width` columns.
+def py_str_block(text: str | None, used: int = 0, indent: int = 0, width: int = 110) -> str:
+    """Like `py_literal`, laid out the way ruff formats an assignment of a long string.
 
-    The text is split at spaces (kept at the end of each piece) and each piece is written with
-    `py_literal`, so the safety of `py_literal` holds for every piece.
+    `used` columns precede the literal on its line. It stays there if it fits; else it goes in
+    parentheses on a line of its own, split into pieces at spaces (kept at the end of each piece)
+    when even that line is too long. Every piece is written with `py_literal`, so the safety of
+    `py_literal` holds for each.
     """
-    if text is None or len(py_literal(text)) + indent <= width:
-        return py_literal(text)
+    literal = py_literal(text)
+    pad = " " * (indent + 4)
+    if text is None or used + len(literal) <= width:
+        return literal
+    if len(pad) + len(literal) <= width:
+        return "(\n" + pad + literal + "\n" + " " * indent + ")"
     pieces: list[str] = []
     current = ""
-    budget = max(width - indent - 6, 20)
+    budget = max(width - len(pad) - 10, 20)
     for word in re.findall(r"\S+\s*|\s+", text):
         while len(word) > budget:  # a very long word is cut where it must be
             if current:
@@ -110,8 +116,22 @@ def py_str_block(text: str | None, indent: int = 0, width: int = 100) -> str:
         current += word
     if current:
         pieces.append(current)
-    pad = " " * (indent + 4)
     return "(\n" + "".join(f"{pad}{py_literal(piece)}\n" for piece in pieces) + " " * indent + ")"
+
+
+def py_literal_block(value: object, used: int, width: int = 110) -> str:
+    """Like `py_literal`, but a list, tuple or dict too long for the rest of the line (`used` columns
+    are taken before it) is written one item per line with a trailing comma, as ruff formats it."""
+    literal = py_literal(value)
+    if used + len(literal) <= width or not isinstance(value, list | tuple | dict) or not value:
+        return literal
+    if isinstance(value, dict):
+        items = [f"{py_literal(k)}: {py_literal(v)}" for k, v in value.items()]
+        opening, closing = "{", "}"
+    else:
+        items = [py_literal(v) for v in value]
+        opening, closing = ("[", "]") if isinstance(value, list) else ("(", ")")
+    return opening + "\n" + "".join(f"    {item},\n" for item in items) + closing
 
 
 def wrap_text(text: str, width: int = 100, indent: int = 0, subsequent: int | None = None) -> str:
@@ -132,6 +152,13 @@ def wrap_text(text: str, width: int = 100, indent: int = 0, subsequent: int | No
             or ""
         )
     return "\n".join(out)
+
+
+def py_comment_block(text: str, indent: int = 0, width: int = 110) -> str:
+    """Return `text` as `# ` comment lines of at most `width` columns, each safe (see `py_comment`)."""
+    pad = " " * indent
+    lines = textwrap.wrap(py_comment(text), width=width - indent - 2, break_long_words=False)
+    return "\n".join(f"{pad}# {line}" for line in lines or [""])
 
 
 def py_comment(text: str) -> str:

@@ -19,7 +19,16 @@ import jinja2
 from . import __version__
 from .catalog import load_catalog
 from .errors import RtcError
-from .literals import py_comment, py_docstring, py_literal, py_name, py_str_block, wrap_text
+from .literals import (
+    py_comment,
+    py_comment_block,
+    py_docstring,
+    py_literal,
+    py_literal_block,
+    py_name,
+    py_str_block,
+    wrap_text,
+)
 from .resolve import ResolvedCard, data_path
 
 # The templates ship as the package `rtc.templates` (the folder templates/ of the source tree).
@@ -71,8 +80,10 @@ def environment() -> jinja2.Environment:
     )
     env.filters.update(
         py_literal=py_literal,
+        py_literal_block=py_literal_block,
         py_docstring=py_docstring,
         py_comment=py_comment,
+        py_comment_block=py_comment_block,
         py_str_block=py_str_block,
         py_name=py_name,
         wrap=wrap_text,
@@ -165,6 +176,7 @@ def method_settings(card: ResolvedCard) -> list[dict]:
                 "help": used.help,
                 "comment": f"{field.flag}: {used.comment}" if field.flag else used.comment,
                 "positive": field.positive,
+                "choices": tuple(field.choices) if field.choices else None,
                 # `    parser.add_argument(FLAG, type=T, default=C, help=H)` within ruff's 110 columns?
                 "flag_fits_one_line": field.flag is not None
                 and 4
@@ -177,6 +189,30 @@ def method_settings(card: ResolvedCard) -> list[dict]:
             }
         )
     return settings
+
+
+def format_context(card: ResolvedCard) -> dict:
+    """How the loop renders its model's chat format: the tml-renderers constructor of the card's
+    thinking mode, the format's name, and the catalog models it is right for."""
+    catalog = load_catalog()
+    renderer, model = card.renderer, card.model
+    mode = renderer.modes[card.thinking]
+    ctor = {"cls": "", "factory": "", "args": {}}
+    if renderer.kind == "tml":
+        cls, _, factory = mode.constructor.partition(".")
+        ctor = {"cls": cls, "factory": factory, "args": dict(mode.args)}
+        thinking = "" if card.thinking in ("none", "always") else f", thinking {card.thinking}"
+        name = f"tml-renderers {mode.constructor}{thinking}"
+    elif renderer.kind == "template":
+        name = f"the chat template of {model.name}"
+    else:
+        name = "plain User:/Assistant: text (a base model; no chat template)"
+    same = [
+        m.name
+        for m in catalog.models.values()
+        if m.renderer == model.renderer and m.tokenizer == model.tokenizer and m.family == model.family
+    ]
+    return {"ctor": ctor, "format_name": name, "format_models": tuple(same), "format_mode": mode}
 
 
 def context(card: ResolvedCard, filename: str) -> dict:
@@ -196,6 +232,7 @@ def context(card: ResolvedCard, filename: str) -> dict:
     )
     data = _data_args(card)
     return {
+        **format_context(card),
         "card": card,
         "filename": filename,
         "rtc_version": __version__,
@@ -216,7 +253,7 @@ def context(card: ResolvedCard, filename: str) -> dict:
         "method_settings": settings,
         "positive_args": tuple(positive),
         "lr_origin": "from the card" if card.origins["lr"] == "card" else card.origins["lr"],
-        "eot_origin": "from the catalog; checked against the tokenizer at start"
+        "eot_origin": "with a chat template: from the catalog, checked against the tokenizer"
         if model.end_of_turn
         else "not in the catalog: taken from the tokenizer at start",
     }

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .card import RawCard
-from .catalog import Loss, Method, Model, Signal, Task, default_lr, load_catalog
+from .catalog import Loss, Method, Model, Renderer, Signal, Task, default_lr, load_catalog
 
 # When the catalog does not know a model's context length.
 FALLBACK_MAX_LENGTH = 32768
@@ -34,6 +34,8 @@ class ResolvedCard:
     method: Method
     task: Task
     model: Model
+    renderer: Renderer
+    thinking: str  # the renderer mode: "on"/"off" for hybrid models, else "none" or "always"
     loss: Loss
     loss_config: dict[str, float]
     rank: int
@@ -110,6 +112,10 @@ def resolve(card: RawCard, source: str | None = None) -> ResolvedCard:
         method=catalog.methods[pick("method", None)],
         task=catalog.tasks[pick("task", None)],
         model=catalog.models[pick("model", None)],
+        renderer=catalog.renderers[model.renderer],
+        thinking=pick(
+            "thinking", catalog.renderers[model.renderer].default, f"renderer {model.renderer} default"
+        ),
         loss=loss,
         loss_config=loss_config,
         rank=int(pick("rank", defaults["rank"])),

@@ -178,6 +178,28 @@ def rule_problems(card: RawCard) -> list[Problem]:
             )
         )
 
+    renderer = catalog.renderers[model.renderer]
+    if "thinking" in data and not renderer.switchable:
+        modes = "/".join(renderer.modes)
+        problems.append(
+            card.problem(
+                ("thinking",),
+                f"{model.name} has no thinking switch (its format, {renderer.name}, is {modes} only); "
+                "remove it",
+                key=True,
+            )
+        )
+    temperature = data.get("sampling", {}).get("temperature", method.defaults["sampling"]["temperature"])
+    if loss_name in catalog.losses and catalog.losses[loss_name].ratio and temperature != 1:
+        problems.append(
+            card.problem(
+                ("sampling", "temperature"),
+                f"{loss_name} compares the trainer's logprobs (at temperature 1) with the sampler's (at the "
+                f"sampling temperature): at {temperature:g} their ratio is off from the first step and rare "
+                "tokens get clipped; use temperature 1 (tinker-cookbook pins it for RL)",
+            )
+        )
+
     max_length = data.get("max_length")
     if max_length is not None and model.context is not None and max_length > model.context:
         problems.append(

@@ -82,12 +82,14 @@ except ImportError:  # --help and --dry-run work without the SDK; training needs
 # ---- Run settings: the flag named in each comment overrides the value for one run. ----
 BASE_MODEL = "deepseek-ai/DeepSeek-V3.1"  # --model: any base model Tinker serves
 LORA_RANK = 32  # --rank: LoRA rank of the adapter
-LEARNING_RATE = 4e-05  # --lr: Adam learning rate (method grpo default (no published rule for deepseek))
+# The learning rate's source: tinker-cookbook RL recipes rl_basic / rl_loop (Llama-3.1-8B).
+LEARNING_RATE = 4e-05  # --lr: Adam learning rate
 STEPS = 40  # --steps: optimizer steps in the whole run
 RUN_NAME = Path(__file__).stem  # --out: names checkpoints and the log directory
 GROUP_SIZE = 16  # --group-size: samples per prompt; advantages compare the samples of a prompt
 PROMPTS_PER_STEP = 8  # --prompts-per-step: prompts per step
 ADVANTAGE_STD = False  # divide advantages by the group's reward std
+GRADE_TRUNCATED = False  # grade samples cut at --max-tokens; False: they score 0 (counted as truncated)
 MAX_TOKENS = 64  # --max-tokens: longest rollout, in tokens
 TEMPERATURE = 1.0  # --temperature: sampling temperature
 TOP_P = 1.0  # nucleus sampling; 1.0 = off
@@ -97,7 +99,12 @@ SEED = 0  # --seed: data order and sampling seed
 MAX_LENGTH = 131072  # longest prompt + completion in tokens; longer prompts lose their start
 # Prepended to every prompt unless the row brings its own system message.
 SYSTEM_PROMPT = "Answer with the answer alone, on one line."
-END_OF_TURN = ["<｜end▁of▁sentence｜>"]  # from the catalog; checked against the tokenizer at start
+# The chat format, tml-renderers DeepSeekV31, thinking off, is right for these models; for any other model the
+# service trains (a local stand-in) the loop uses that model's own chat template.
+FORMAT_MODELS = ("deepseek-ai/DeepSeek-V3.1",)
+# The end of an assistant turn in a chat template: with a chat template: from the catalog, checked against the
+# tokenizer.
+END_OF_TURN = ["<｜end▁of▁sentence｜>"]
 ADAM_BETAS = (0.9, 0.95)
 ADAM_EPS = 1e-8  # the usual value for LoRA; the SDK's default (1e-12) is for full fine-tuning
 TINKER_URL = "https://tinker.thinkingmachines.dev/services/tinker-prod"  # unless TINKER_BASE_URL is set
@@ -197,12 +204,27 @@ def verify(completion: str, metadata: dict) -> dict[str, float]:
 # ---- GRPO ----
 
 
-def safe_verify(job: tuple[str, dict]) -> dict:
-    """The verifier's verdict; a verifier bug scores 0 instead of stopping the run."""
+def grade(job: tuple[Reply, dict]) -> dict:
+    """The verifier's verdict on a sample's final answer (never its reasoning). A turn cut at
+    --max-tokens scores 0 unless GRADE_TRUNCATED, a turn with no answer scores 0, and a verifier bug
+    scores 0 instead of stopping the run; each is counted in the metrics."""
+    reply, metadata = job
+    if not reply.ended and not GRADE_TRUNCATED:
+        return {"reward": 0.0, "correct": 0.0, "truncated": 1.0}
+    if reply.answer is None:
+        return {"reward": 0.0, "correct": 0.0, "no_answer": 1.0}
     try:
-        return verify(*job)
+        return verify(reply.answer, metadata)
     except Exception as exc:  # noqa: BLE001 - a failure of the scoring code is a zero, never a crash
         return {"reward": 0.0, "correct": 0.0, "verifier_error": 1.0, "error": repr(exc)[:200]}
+
+
+def verdict_metrics(verdicts: list[dict], split: str) -> dict:
+    """The mean of every number the verifier returns (reward, accuracy, its own sub-scores) and the
+    share of samples that were cut off or had no answer."""
+    names = sorted({k for v in verdicts for k, x in v.items() if isinstance(x, int | float)} | {"truncated"})
+    means = {name: mean([float(v.get(name, 0.0)) for v in verdicts]) for name in names}
+    return {f"{split}/{'accuracy' if name == 'correct' else name}": value for name, value in means.items()}
 
 
 def group_advantages(rewards: list[float], scale_by_std: bool) -> list[float] | None:
@@ -218,70 +240,68 @@ def group_advantages(rewards: list[float], scale_by_std: bool) -> list[float] | 
     return advantages
 
 
-def rl_datum(prompt: list[int], tokens: list[int], logprobs: list[float], advantage: float) -> types.Datum:
-    """Inputs are (prompt + completion)[:-1], targets the same shifted by one; the sampler's logprobs
-    and the advantage sit on completion targets, zeros on prompt targets."""
-    full = prompt + tokens
+def rl_datum(prompt: list[int], prompt_logprobs: list | None, sequence, advantage: float) -> types.Datum:
+    """Inputs are (prompt + completion)[:-1], targets the same shifted by one. The sampler's logprobs
+    and the advantage sit on completion targets; prompt targets get advantage 0 and the sampler's own
+    prompt logprobs when it gave them (DRO's quadratic term would otherwise pull on the prompt)."""
+    full = prompt + list(sequence.tokens)
     pad = [0.0] * (len(prompt) - 1)
+    prompt_lp = [float(lp) for lp in prompt_logprobs[1:]] if prompt_logprobs else pad
     return types.Datum(
         model_input=types.ModelInput.from_ints(full[:-1]),
         loss_fn_inputs={
             "target_tokens": full[1:],
-            "logprobs": pad + list(logprobs),
-            "advantages": pad + [advantage] * len(tokens),
+            "logprobs": prompt_lp + list(sequence.logprobs),
+            "advantages": pad + [advantage] * len(sequence.tokens),
         },
     )
 
 
-async def sample_groups(sampler, fmt: ChatFormat, rows: list[dict], args, n: int, seed: int) -> list[tuple]:
-    """`n` completions of every prompt, all requests issued at once: [(prompt_tokens, sequences)]."""
+async def sample_groups(sampler, fmt, rows: list[dict], args, n: int, seed: int) -> list[tuple]:
+    """`n` completions of every prompt, all requests issued at once: [(prompt, response)]."""
     prompts = [fmt.prompt(as_messages(row["prompt"]), room=args.max_tokens) for row in rows]
     requests = [
         sampler.sample(
-            prompt=types.ModelInput.from_ints(prompt),
+            prompt=types.ModelInput.from_ints(prompt.tokens),
             num_samples=n,
             sampling_params=types.SamplingParams(
                 max_tokens=args.max_tokens,
                 temperature=args.temperature,
                 top_p=TOP_P,
-                stop=fmt.end_of_turn,
+                stop=fmt.stop,
                 seed=seed + i,
             ),
+            include_prompt_logprobs=LOSS == "dro",
         )
         for i, prompt in enumerate(prompts)
     ]
     responses = await asyncio.gather(*requests)
-    return [(prompt, response.sequences) for prompt, response in zip(prompts, responses, strict=True)]
+    return list(zip(prompts, responses, strict=True))
 
 
-def score(fmt: ChatFormat, rows: list[dict], groups: list[tuple]) -> list[list]:
-    """The verifier's verdict on every completion, in parallel, grouped like `groups`."""
+def score(fmt, rows: list[dict], groups: list[tuple]) -> list[list]:
+    """The verdict on every sample's parsed answer, in parallel, grouped like `groups`."""
     jobs = [
-        (fmt.decode(seq.tokens), row["metadata"])
-        for row, (_, seqs) in zip(rows, groups, strict=True)
-        for seq in seqs
+        (fmt.reply(prompt, seq.tokens, seq.stop_reason), row["metadata"])
+        for row, (prompt, response) in zip(rows, groups, strict=True)
+        for seq in response.sequences
     ]
     with ThreadPoolExecutor(VERIFY_WORKERS) as pool:
-        verdicts = iter(pool.map(safe_verify, jobs))
-        return [[next(verdicts) for _ in seqs] for _, seqs in groups]
+        verdicts = iter(pool.map(grade, jobs))
+        return [[next(verdicts) for _ in response.sequences] for _, response in groups]
 
 
 def mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-async def evaluate(training, fmt: ChatFormat, eval_rows: list[dict], log: RunLog, args, step: int) -> None:
+async def evaluate(training, fmt, eval_rows: list[dict], log: RunLog, args, step: int) -> None:
     """Mean reward and accuracy of EVAL_SAMPLES samples per held-out prompt (never trained on)."""
     sampler = await training.save_weights_and_get_sampling_client()
     groups = await sample_groups(sampler, fmt, eval_rows, args, EVAL_SAMPLES, seed=args.seed * 7_919 + step)
     verdicts = [v for group in score(fmt, eval_rows, groups) for v in group]
-    record = {
-        "step": step,
-        "split": "eval",
-        "eval/reward": mean([v["reward"] for v in verdicts]),
-        "eval/accuracy": mean([float(v.get("correct", 0.0)) for v in verdicts]),
-        "eval/n_samples": len(verdicts),
-    }
+    record = {"step": step, "split": "eval", **verdict_metrics(verdicts, "eval")}
+    record["eval/n_samples"] = len(verdicts)
     log.write(record)
     print(
         f"step {step:4d} | eval reward {record['eval/reward']:.3f} | accuracy {record['eval/accuracy']:.3f}"
@@ -289,9 +309,9 @@ async def evaluate(training, fmt: ChatFormat, eval_rows: list[dict], log: RunLog
     )
 
 
-def dry_run(args, rows: list[dict], tokenizer) -> None:
+def dry_run(args, rows: list[dict], fmt) -> None:
     row = rows_for_step(rows, 0, 1, args.seed)[0]
-    show_prompt("first prompt:", as_messages(row["prompt"]), tokenizer)
+    show_prompt("first prompt:", as_messages(row["prompt"]), fmt)
     print(f"  its metadata (for the verifier): {json.dumps(row['metadata'])[:200]}")
     print("dry run: data and plan are fine; nothing was sent")
 
@@ -314,27 +334,25 @@ async def train(
         seed = args.seed * 1_000_003 + step * 1_000
         groups = await sample_groups(sampler, fmt, batch, args, args.group_size, seed)
 
-        # ---- Score: the task verifier, then advantages within each prompt's group ----
+        # ---- Score: the verifier grades each parsed answer; advantages within each prompt's group ----
         verdicts = score(fmt, batch, groups)
-        datums_D, rewards_G, skipped = [], [], 0
-        for (prompt, sequences), group in zip(groups, verdicts, strict=True):
-            group_rewards = [verdict["reward"] for verdict in group]
-            rewards_G += group_rewards
-            advantages = group_advantages(group_rewards, ADVANTAGE_STD)
-            if advantages is None:
+        datums_D, skipped = [], 0
+        for (prompt, response), group in zip(groups, verdicts, strict=True):
+            rewards_G = [verdict["reward"] for verdict in group]
+            advantages_G = group_advantages(rewards_G, ADVANTAGE_STD)
+            if advantages_G is None:
                 skipped += 1
                 continue
-            for sequence, advantage in zip(sequences, advantages, strict=True):
-                datums_D.append(rl_datum(prompt, list(sequence.tokens), list(sequence.logprobs), advantage))
-        sampled_tokens = sum(len(seq.tokens) for _, seqs in groups for seq in seqs)
+            for sequence, advantage in zip(response.sequences, advantages_G, strict=True):
+                datums_D.append(rl_datum(prompt.tokens, response.prompt_logprobs, sequence, advantage))
+        sampled_tokens = sum(len(seq.tokens) for _, response in groups for seq in response.sequences)
         metrics = {
             "train/loss": None,
             "train/n_datums": len(datums_D),
-            "train/reward": mean(rewards_G),
-            "train/accuracy": mean([float(v.get("correct", 0.0)) for group in verdicts for v in group]),
+            **verdict_metrics([v for group in verdicts for v in group], "train"),
             "train/skipped_frac": skipped / len(groups),
             "train/sampled_tokens": sampled_tokens,
-            "train/truncated": fmt.truncated,  # prompts cut to MAX_LENGTH so far in this run
+            "train/cut_to_length": fmt.truncated,  # prompts cut to MAX_LENGTH so far in this run
             "optim/lr": args.lr,
         }
 
@@ -407,6 +425,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.lr <= 0:
         parser.error("--lr must be greater than 0")
+    if args.temperature != 1 and LOSS in ("importance_sampling", "ppo", "cispo", "dro"):
+        parser.error(
+            f"--temperature must be 1 with {LOSS}: it compares the trainer's logprobs (temperature 1) with "
+            "the sampler's (the sampling temperature), so their ratio would be off from the first step"
+        )
     if args.log is None:
         args.log = str(Path("runs") / args.out / "metrics.jsonl")
     return args
@@ -419,7 +442,8 @@ class DataError(Exception):
     """A problem in a dataset file, reported as `file:line: message`."""
 
 
-# The keys of a row and what each holds: messages (a string or chat messages), text, object.
+# The keys of a row and what each holds: messages (a string or chat messages), turns (an answer: a
+# string, or assistant and tool messages), text, object.
 ROW_KEYS = {"prompt": "messages", "metadata": "object"}
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -456,27 +480,38 @@ def check_row(row: object, where: str) -> None:
         raise DataError(f"{where}: missing key(s) {', '.join(missing)}; a row needs {', '.join(ROW_KEYS)}")
     for key, kind in ROW_KEYS.items():
         if kind == "messages":
-            check_prompt(row[key], where)
+            check_messages(row[key], key, where)
+        elif kind == "turns" and isinstance(row[key], list):
+            check_messages(row[key], key, where, roles=("assistant", "tool"))
+            if row[key][-1]["role"] != "assistant":
+                raise DataError(f"{where}: {key!r} must end with the assistant's answer")
         elif not isinstance(row[key], wanted := dict if kind == "object" else str):
             raise DataError(f"{where}: {key!r} must be a {wanted.__name__}, got {type(row[key]).__name__}")
 
 
-def check_prompt(prompt: object, where: str) -> None:
-    if isinstance(prompt, str):
-        if not prompt.strip():
-            raise DataError(f"{where}: 'prompt' is empty")
+def check_messages(messages: object, key: str, where: str, roles: tuple[str, ...] = ROLES) -> None:
+    if isinstance(messages, str):
+        if not messages.strip():
+            raise DataError(f"{where}: {key!r} is empty")
         return
-    if not isinstance(prompt, list) or not prompt:
-        raise DataError(f"{where}: 'prompt' must be a string or a non-empty list of chat messages")
-    for i, message in enumerate(prompt):
+    if not isinstance(messages, list) or not messages:
+        raise DataError(f"{where}: {key!r} must be a string or a non-empty list of chat messages")
+    for i, message in enumerate(messages):
         if (
             not isinstance(message, dict)
-            or message.get("role") not in ROLES
+            or message.get("role") not in roles
             or not isinstance(message.get("content"), str)
         ):
             raise DataError(
-                f'{where}: prompt[{i}] must be {{"role": one of {", ".join(ROLES)}, "content": str}}'
+                f'{where}: {key}[{i}] must be {{"role": one of {", ".join(roles)}, "content": str}}'
             )
+        for call in message.get("tool_calls", []):
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict) or not all(
+                isinstance(function.get(field), str) for field in ("name", "arguments")
+            ):
+                wanted = '{"function": {"name": str, "arguments": str}}'
+                raise DataError(f"{where}: {key}[{i}].tool_calls: each needs {wanted}")
 
 
 def rows_for_step(rows: list[dict], step: int, per_step: int, seed: int) -> list[dict]:
@@ -511,40 +546,179 @@ def as_messages(prompt: str | list[dict]) -> list[dict]:
     return messages
 
 
-# ---- Chat template and tokens ----
+# ---- Chat format: the model's own, for prompts, trained tokens, stops and parsing ----
 
 
-class ChatFormat:
-    """Renders prompts with the model's own chat template and ends completions with its end of turn."""
+class FormatError(Exception):
+    """A conversation the model's format cannot render as asked."""
 
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-        ids = [tokenizer.convert_tokens_to_ids(token) for token in END_OF_TURN]
-        if END_OF_TURN and all(isinstance(i, int) and i != tokenizer.unk_token_id for i in ids):
-            self.end_of_turn = ids
-        else:
-            # Another model (--model, or a local server's stand-in) has other special tokens.
-            self.end_of_turn = [tokenizer.eos_token_id]
-            print(f"note: end of turn taken from the tokenizer: {tokenizer.eos_token!r}")
-        self.truncated = 0  # prompts cut from the left to fit MAX_LENGTH, reported in the metrics
 
-    def prompt(self, messages: list[dict], room: int) -> list[int]:
-        """Token ids of the rendered prompt, ready for the assistant's turn, leaving `room` tokens."""
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        tokens = self.tokenizer.encode(text, add_special_tokens=False)
+@dataclass
+class Prompt:
+    tokens: list[int]  # the rendered prompt, ready for the assistant's turn
+    parser: object = None  # reads what is sampled after it (tml-renderers formats)
+
+
+@dataclass
+class Reply:
+    """A sampled turn, parsed in the model's format. Rewards read `answer` only."""
+
+    answer: str | None  # the final answer (text after the think block, gpt-oss's final channel); None: none
+    thinking: str  # the reasoning, never graded
+    ended: bool  # the turn ended on its own; False: cut at max_tokens
+    error: str | None = None  # why the sampled tokens did not parse, if they did not
+
+
+def cut_to_length(fmt, tokens: list[int], weights: list[float] | None = None) -> tuple[list, list | None]:
+    """Keep the last MAX_LENGTH tokens (a prompt loses its start; the trained end is kept), counted."""
+    if len(tokens) <= MAX_LENGTH:
+        return tokens, weights
+    fmt.truncated += 1
+    return tokens[-MAX_LENGTH:], None if weights is None else weights[-MAX_LENGTH:]
+
+
+class TmlFormat:
+    """The family's own format from Thinking Machines' tml-renderers: prompts and trained tokens as the
+    model was trained to see them (think blocks, harmony channels, tool calls), its own stop tokens, and
+    a parser that separates the answer from the reasoning."""
+
+    def __init__(self, renderer, name: str):
+        from tml_renderers import chat
+
+        self.renderer, self.name, self.chat = renderer, name, chat
+        self.stop = list(renderer.stop())
+        self.truncated = 0  # sequences cut to MAX_LENGTH so far, reported in the metrics
+
+    def prompt(self, messages: list[dict], room: int = 0) -> Prompt:
+        conversation = self.chat.OpenAIMessage.from_oss_messages(messages)
+        spans, parser = self.renderer.render_for_completion(conversation)
+        tokens = [token for span in spans for token in span.span.tokens]
         budget = max(MAX_LENGTH - room, 1)
         if len(tokens) > budget:
             self.truncated += 1
             tokens = tokens[-budget:]
-        return tokens
+        return Prompt(tokens, parser)
 
-    def completion(self, text: str) -> list[int]:
-        """Token ids of an assistant completion, closed with the end-of-turn token."""
-        tokens = self.tokenizer.encode(text, add_special_tokens=False)[: MAX_LENGTH - 1]
-        return tokens + self.end_of_turn[:1]
+    def examples(self, messages: list[dict]) -> list[tuple[list[int], list[float]]]:
+        """Tokens and per-token weights of a conversation: weight 1 on the model's own tokens."""
+        out = []
+        for example in self.renderer.render_for_sft(self.chat.OpenAIMessage.from_oss_messages(messages)):
+            tokens = [token for span in example.input_token_spans for token in span.span.tokens]
+            weights = [float(weight) for weight in example.per_token_loss_weight_unshifted]
+            out.append(cut_to_length(self, tokens, weights))
+        return out
 
-    def decode(self, tokens: list[int]) -> str:
-        return self.tokenizer.decode(tokens, skip_special_tokens=True)
+    def reply(self, prompt: Prompt, tokens: list[int], stop_reason: str) -> Reply:
+        ended = stop_reason == "stop"
+        # A turn cut at max_tokens is read as if it had ended there (its reward is still 0 by default).
+        tokens = list(tokens) if ended else [*tokens, self.stop[0]]
+        try:
+            messages = prompt.parser.parse_tokens(tokens)
+        except ValueError as exc:  # cut off mid-block, nested or unclosed thinking, no content
+            return Reply(None, "", ended, str(exc).split("\n", 1)[0])
+        texts = [m.content.text for m in messages if isinstance(m.content, self.chat.Text)]
+        thinking = "".join(m.content.text for m in messages if isinstance(m.content, self.chat.Thinking))
+        # The answer is the last text: gpt-oss's final channel comes after any commentary.
+        return Reply(texts[-1] if texts else None, thinking, ended)
+
+    def text(self, tokens: list[int]) -> str:
+        return self.renderer.tokenizer.decode(list(tokens))
+
+
+class TemplateFormat:
+    """A chat model through its own Hugging Face chat template: the Llama 3 family, and any model a
+    local server stands in with. A demonstration is the whole conversation rendered by the template;
+    the tokens after the generation prompt are trained, through the end-of-turn token."""
+
+    def __init__(self, tokenizer, name: str):
+        self.tokenizer, self.name = tokenizer, name
+        ids = [tokenizer.convert_tokens_to_ids(token) for token in END_OF_TURN]
+        if END_OF_TURN and all(isinstance(i, int) and i != tokenizer.unk_token_id for i in ids):
+            self.stop = ids
+        else:  # another model (--model, a local stand-in) has other special tokens
+            self.stop = [tokenizer.eos_token_id]
+            print(f"note: end of turn taken from the tokenizer: {tokenizer.eos_token!r}")
+        self.truncated = 0  # sequences cut to MAX_LENGTH so far, reported in the metrics
+
+    def render(self, messages: list[dict], open_turn: bool) -> list[int]:
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=open_turn)
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def prompt(self, messages: list[dict], room: int = 0) -> Prompt:
+        tokens = self.render(messages, open_turn=True)
+        budget = max(MAX_LENGTH - room, 1)
+        if len(tokens) > budget:
+            self.truncated += 1
+            tokens = tokens[-budget:]
+        return Prompt(tokens)
+
+    def examples(self, messages: list[dict]) -> list[tuple[list[int], list[float]]]:
+        """One example per assistant turn: its history as the prompt, weight 1 on the turn's tokens."""
+        out = []
+        for i, message in enumerate(messages):
+            if message["role"] != "assistant":
+                continue
+            prompt = self.render(messages[:i], open_turn=True)
+            full = self.render(messages[: i + 1], open_turn=False)
+            if full[: len(prompt)] != prompt:
+                raise FormatError(
+                    f"{self.name}: the chat template renders the prompt differently once the answer follows "
+                    "(the prompt is not a token prefix of the conversation); its turns cannot be trained"
+                )
+            turn = full[len(prompt) :]
+            ends = [k for k, token in enumerate(turn) if token in self.stop]
+            turn = turn[: ends[0] + 1] if ends else turn  # not what the template adds after the turn
+            out.append(cut_to_length(self, prompt + turn, [0.0] * len(prompt) + [1.0] * len(turn)))
+        return out
+
+    def reply(self, prompt: Prompt, tokens: list[int], stop_reason: str) -> Reply:
+        tokens = list(tokens)
+        while tokens and tokens[-1] in self.stop:
+            tokens.pop()
+        text = self.tokenizer.decode(tokens, skip_special_tokens=False)
+        ended = stop_reason == "stop"
+        if "</think>" in text:
+            thinking, answer = text.rsplit("</think>", 1)
+            return Reply(answer.strip(), thinking.replace("<think>", "").strip(), ended)
+        if "<think>" in text:
+            return Reply(None, text.split("<think>", 1)[1].strip(), ended, "the think block never closed")
+        return Reply(text.strip(), "", ended)
+
+    def text(self, tokens: list[int]) -> str:
+        return self.tokenizer.decode(list(tokens), skip_special_tokens=False)
+
+
+def family_format(tokenizer):
+    """The chat format of the card's model and its family (FORMAT_MODELS). `tokenizer()` gives the
+    service's Hugging Face tokenizer where the format needs one."""
+    from tml_renderers import renderers
+
+    renderer = renderers.DeepSeekV31()
+    return TmlFormat(renderer, "tml-renderers DeepSeekV31, thinking off")
+
+
+def chat_format(served: str, tokenizer):
+    """The format of the model the service trains: the family's format when the service trains one of
+    FORMAT_MODELS, else the served model's own chat template (a local stand-in such as rtc serve's
+    SmolLM2 has its own tokens)."""
+    if served in FORMAT_MODELS:
+        return family_format(tokenizer)
+    print(f"note: the service trains {served}, not a model of this format: using its own chat template")
+    return TemplateFormat(tokenizer(), f"{served} (its chat template)")
+
+
+def conversation(prompt: str | list[dict], completion: str | list[dict]) -> list[dict]:
+    """A row's prompt (with SYSTEM_PROMPT) and its completion: an answer, or assistant and tool turns."""
+    turns = [{"role": "assistant", "content": completion}] if isinstance(completion, str) else completion
+    return as_messages(prompt) + list(turns)
+
+
+def example_datum(tokens: list[int], weights: list[float]) -> types.Datum:
+    """Next-token datum: inputs are tokens[:-1], targets tokens[1:], each target with its weight."""
+    return types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={"target_tokens": tokens[1:], "weights": weights[1:]},
+    )
 
 
 # ---- Metrics and checkpoints ----
@@ -623,7 +797,7 @@ def check_reachable() -> None:
 class Session:
     service: object  # tinker.ServiceClient
     training: object  # tinker.TrainingClient
-    fmt: ChatFormat
+    fmt: object  # the chat format of the model the service trains (see chat_format)
     start: int  # first step to run: 0, or the step after the checkpoint resumed from
     checkpoint: dict | None  # the checkpoints.jsonl record resumed from
 
@@ -646,7 +820,12 @@ async def connect(args, log: RunLog) -> Session:
             base_model=args.model, rank=args.rank, seed=args.seed
         )
     start = checkpoint["step"] + 1 if checkpoint else 0
-    return Session(service, training, ChatFormat(training.get_tokenizer()), start, checkpoint)
+    # The format follows the model the service says it trains, so one file is right on Tinker and
+    # against a local server whose stand-in model has other tokens.
+    served = training.get_info().model_data.model_name or args.model
+    fmt = chat_format(served, training.get_tokenizer)
+    print(f"chat format: {fmt.name}")
+    return Session(service, training, fmt, start, checkpoint)
 
 
 def adam_params(args) -> types.AdamParams:
@@ -659,23 +838,24 @@ def loss_per_token(output, datums: list) -> float:
     return output.metrics["loss:sum"] / max(weight, 1e-9)
 
 
-async def show_sample(training, fmt: ChatFormat, row: dict, args) -> None:
+async def show_sample(training, fmt, row: dict, args) -> None:
     """Print what the trained weights answer to one prompt."""
     sampler = await training.save_weights_and_get_sampling_client()
     prompt = fmt.prompt(as_messages(row["prompt"]), room=args.max_tokens)
     params = types.SamplingParams(
-        max_tokens=args.max_tokens,
-        temperature=args.temperature,
-        top_p=TOP_P,
-        stop=fmt.end_of_turn,
-        seed=args.seed,
+        max_tokens=args.max_tokens, temperature=args.temperature, top_p=TOP_P, stop=fmt.stop, seed=args.seed
     )
     response = await sampler.sample(
-        prompt=types.ModelInput.from_ints(prompt), num_samples=1, sampling_params=params
+        prompt=types.ModelInput.from_ints(prompt.tokens), num_samples=1, sampling_params=params
     )
+    sequence = response.sequences[0]
+    reply = fmt.reply(prompt, sequence.tokens, sequence.stop_reason)
     print("sample from the trained weights:")
     print(f"  prompt: {prompt_preview(row['prompt'])}")
-    print(f"  answer: {fmt.decode(response.sequences[0].tokens).strip()}")
+    if reply.thinking:
+        print(f"  thinking: {' '.join(reply.thinking.split())[:200]}")
+    shown = reply.answer if reply.answer is not None else f"(no answer: {reply.error or 'unparsed'})"
+    print(f"  answer: {shown.strip()}" + ("" if reply.ended else f" [cut at {args.max_tokens} tokens]"))
 
 
 def prompt_preview(prompt: str | list[dict]) -> str:
@@ -683,30 +863,31 @@ def prompt_preview(prompt: str | list[dict]) -> str:
     return " ".join(text.split())[:200]
 
 
-def local_tokenizer(model: str):
-    """The model's tokenizer if it is already on this machine (a directory or the Hugging Face
-    cache), else None: a dry run never touches the network."""
-    try:
-        from transformers import AutoTokenizer
-    except ImportError:
-        return None
-    try:
-        return AutoTokenizer.from_pretrained(model, local_files_only=True)
-    except (OSError, ValueError):
-        return None
+def local_format(args):
+    """The chat format for a dry run, without network: the family's own where it needs no download,
+    else from the model's tokenizer if it is already on this machine; None otherwise."""
+    return family_format(tokenizer=None)
 
 
-def show_prompt(title: str, messages: list[dict], tokenizer) -> None:
-    """Print a prompt rendered with the model's chat template, or as its chat messages when the
-    tokenizer is not on this machine (the template is then applied when training)."""
+def show_prompt(title: str, messages: list[dict], fmt) -> None:
+    """Print a prompt as the model will see it, or as chat messages when no format is at hand."""
     print(title)
-    if tokenizer is not None:
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        print("    " + text.replace("\n", "\n    "))
+    if fmt is not None:
+        print("    " + fmt.text(fmt.prompt(messages).tokens).replace("\n", "\n    "))
         return
     for message in messages:
         content = message["content"].replace("\n", "\n" + " " * (len(message["role"]) + 7))
         print(f"    [{message['role']}] {content}")
+
+
+def show_trained(title: str, messages: list[dict], fmt) -> None:
+    """Print the tokens a demonstration trains (weight 1), decoded, turn by turn."""
+    if fmt is None:
+        return
+    print(title)
+    for tokens, weights in fmt.examples(messages):
+        trained = [token for token, weight in zip(tokens, weights, strict=True) if weight > 0]
+        print("    " + repr(fmt.text(trained)))
 
 
 def print_plan(args, rows: list[dict], eval_rows: list[dict]) -> None:
@@ -753,10 +934,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print_plan(args, rows, eval_rows)
     if args.dry_run:
-        tokenizer = local_tokenizer(args.model)
-        if tokenizer is None:
-            print(f"   (the tokenizer of {args.model} is not on this machine: prompts are shown as messages)")
-        dry_run(args, rows, tokenizer)
+        fmt = local_format(args)
+        if fmt is not None:
+            print(f"   chat format: {fmt.name}")
+        dry_run(args, rows, fmt)
         return 0
     if tinker is None:
         print("error: the Tinker SDK is not installed: pip install tinker==0.38.0", file=sys.stderr)

@@ -3,7 +3,8 @@
   Signal : demonstrations: Expert completions to imitate.
   Method : sdft: On-policy self-distillation; the model rewrites each demonstration in its own words
            and trains on the rewrites.
-  Task   : tool-agents: Search / tool-use trajectories (tool calls, observations, a final answer).
+  Task   : tool-agents: Tool-use trajectories as messages (the model's tool calls, the tools'
+           results, a final answer).
   Model  : nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 (MoE, 30B total / 3B active, context 1048576,
            thinking hybrid)
   Loss   : cross_entropy on on-policy rewrites of the demonstrations (the demonstration where a
@@ -37,7 +38,7 @@ Check the data and the run plan without network or API key:
 
 Dataset JSONL, one object per line (--data, and --eval-data for a held-out set that is scored,
 never trained on):
-  {"prompt": str | [messages], "completion": str}
+  {"prompt": str | [messages], "completion": str | [assistant and tool messages]}
 A prompt is a string or a list of chat messages ({"role": ..., "content": ...}); it is rendered
 with the model's own chat template.
 
@@ -80,7 +81,8 @@ except ImportError:  # --help and --dry-run work without the SDK; training needs
 # ---- Run settings: the flag named in each comment overrides the value for one run. ----
 BASE_MODEL = "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"  # --model: any base model Tinker serves
 LORA_RANK = 32  # --rank: LoRA rank of the adapter
-LEARNING_RATE = 0.0005  # --lr: Adam learning rate (from the card)
+# The learning rate's source: from the card.
+LEARNING_RATE = 0.0005  # --lr: Adam learning rate
 STEPS = 50  # --steps: optimizer steps in the whole run
 RUN_NAME = Path(__file__).stem  # --out: names checkpoints and the log directory
 GROUP_SIZE = 8  # --group-size: rewrites sampled per demonstration
@@ -94,10 +96,18 @@ SEED = 0  # --seed: data order and sampling seed
 MAX_LENGTH = 1048576  # longest prompt + completion in tokens; longer prompts lose their start
 # Prepended to every prompt unless the row brings its own system message.
 SYSTEM_PROMPT = (
-    'You are a tool-using agent. Call a tool with <tool_call>{"name": ..., "arguments": '
-    "{...}}</tool_call>, read its <observation>, and finish with a short final answer."
+    "You are a tool-using assistant. Call a tool when you need a fact, read its result, then answer briefly."
 )
-END_OF_TURN = ["<|im_end|>"]  # from the catalog; checked against the tokenizer at start
+# The chat format, tml-renderers Nemotron3, thinking on, is right for these models; for any other model the
+# service trains (a local stand-in) the loop uses that model's own chat template.
+FORMAT_MODELS = (
+    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+    "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16",
+    "nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-BF16",
+)
+# The end of an assistant turn in a chat template: with a chat template: from the catalog, checked against the
+# tokenizer.
+END_OF_TURN = ["<|im_end|>"]
 ADAM_BETAS = (0.9, 0.95)
 ADAM_EPS = 1e-8  # the usual value for LoRA; the SDK's default (1e-12) is for full fine-tuning
 TINKER_URL = "https://tinker.thinkingmachines.dev/services/tinker-prod"  # unless TINKER_BASE_URL is set
@@ -122,7 +132,7 @@ MENTIONS_SOURCE = re.compile(
 def teacher_messages(row: dict) -> list[dict]:
     """The task prompt with the demonstration appended to its last user turn."""
     messages = as_messages(row["prompt"])
-    shown = TEACHER_PROMPT.format(demonstration=row["completion"])
+    shown = TEACHER_PROMPT.format(demonstration=demonstration_text(row["completion"]))
     if messages[-1]["role"] == "user":
         messages[-1] = {"role": "user", "content": messages[-1]["content"] + "\n\n" + shown}
     else:
@@ -130,76 +140,82 @@ def teacher_messages(row: dict) -> list[dict]:
     return messages
 
 
-def rewrite_problem(text: str, stop_reason: str) -> str | None:
+def demonstration_text(completion: str | list[dict]) -> str:
+    """A demonstration as the teacher reads it: the answer, or its turns (calls and results) as text."""
+    if isinstance(completion, str):
+        return completion
+    lines = []
+    for message in completion:
+        parts = [message["content"] or ""]
+        for call in message.get("tool_calls", []):
+            parts.append(f"<call {call['function']['name']}({call['function']['arguments']})>")
+        lines.append(f"[{message['role']}] " + " ".join(parts).strip())
+    return "\n".join(lines)
+
+
+def rewrite_problem(reply: Reply) -> str | None:
     """Why a rewrite must fall back to the demonstration, or None to keep it."""
-    if not text.strip():
-        return "empty"
-    if stop_reason == "length":
+    if not reply.ended:
         return "cut off"
-    if MENTIONS_SOURCE.search(text):
+    if reply.answer is None or not reply.answer.strip():
+        return "empty"
+    if MENTIONS_SOURCE.search(reply.answer):
         return "mentions the demonstration"
     return None
 
 
-def sft_datum(prompt: list[int], completion: list[int]) -> types.Datum:
-    """Next-token datum: inputs are tokens[:-1], targets tokens[1:], weight 1 on completion targets only."""
-    tokens = prompt + completion
-    weights = [0.0] * (len(prompt) - 1) + [1.0] * len(completion)
-    return types.Datum(
-        model_input=types.ModelInput.from_ints(tokens[:-1]),
-        loss_fn_inputs={"target_tokens": tokens[1:], "weights": weights},
-    )
+def demonstration_datums(fmt, row: dict) -> list[types.Datum]:
+    """A demonstration's trained turns in the model's own format: weight 1 on the model's tokens
+    (its answer, its tool calls, the end of its turn), 0 on the prompt and on tool results."""
+    messages = conversation(row["prompt"], row["completion"])
+    return [example_datum(tokens, weights) for tokens, weights in fmt.examples(messages)]
 
 
-def demonstration_datum(fmt: ChatFormat, row: dict) -> types.Datum:
-    completion = fmt.completion(row["completion"])
-    return sft_datum(fmt.prompt(as_messages(row["prompt"]), room=len(completion)), completion)
-
-
-async def evaluate(training, fmt: ChatFormat, eval_rows: list[dict], log: RunLog, args, step: int) -> None:
+async def evaluate(training, fmt, eval_rows: list[dict], log: RunLog, args, step: int) -> None:
     """Per-token loss of the held-out demonstrations under the current weights (forward only)."""
-    datums_D = [demonstration_datum(fmt, row) for row in eval_rows]
+    datums_D = [datum for row in eval_rows for datum in demonstration_datums(fmt, row)]
     loss = loss_per_token(await training.forward(datums_D, "cross_entropy"), datums_D)
     log.write({"step": step, "split": "eval", "eval/loss": loss, "eval/n_datums": len(datums_D)})
-    print(f"step {step:4d} | eval loss {loss:.4f} | {len(datums_D)} demonstrations")
+    print(f"step {step:4d} | eval loss {loss:.4f} | {len(eval_rows)} demonstrations")
 
 
-async def rewrite(sampler, fmt: ChatFormat, rows: list[dict], args, step: int) -> tuple[list, Counter]:
-    """Sample GROUP_SIZE rewrites of every demonstration at once; one datum per rewrite."""
-    requests = []
+async def rewrite(sampler, fmt, rows: list[dict], args, step: int) -> tuple[list, Counter]:
+    """Sample GROUP_SIZE rewrites of every demonstration at once; one datum per rewrite: the student
+    prompt (the task alone) and the rewrite's tokens as sampled, through the end of the turn."""
+    requests, teacher_prompts = [], []
     for i, row in enumerate(rows):
         params = types.SamplingParams(
             max_tokens=args.max_tokens,
             temperature=args.temperature,
             top_p=TOP_P,
-            stop=fmt.end_of_turn,
+            stop=fmt.stop,
             seed=args.seed * 1_000_003 + step * 1_000 + i,
         )
-        prompt = types.ModelInput.from_ints(fmt.prompt(teacher_messages(row), room=args.max_tokens))
+        teacher_prompts.append(fmt.prompt(teacher_messages(row), room=args.max_tokens))
+        prompt = types.ModelInput.from_ints(teacher_prompts[-1].tokens)
         requests.append(sampler.sample(prompt=prompt, num_samples=args.group_size, sampling_params=params))
     responses = await asyncio.gather(*requests)
 
     datums_D, fallbacks = [], Counter()
-    for row, response in zip(rows, responses, strict=True):
+    for row, teacher, response in zip(rows, teacher_prompts, responses, strict=True):
         for sequence in response.sequences:
-            tokens = list(sequence.tokens)
-            if tokens and tokens[-1] in fmt.end_of_turn:
-                tokens.pop()
-            problem = rewrite_problem(fmt.decode(tokens), sequence.stop_reason)
+            problem = rewrite_problem(fmt.reply(teacher, sequence.tokens, sequence.stop_reason))
             if problem:
                 fallbacks[problem] += 1
-                datums_D.append(demonstration_datum(fmt, row))
+                datums_D += demonstration_datums(fmt, row)
                 continue
-            completion = tokens + fmt.end_of_turn[:1]
-            prompt = fmt.prompt(as_messages(row["prompt"]), room=len(completion))
-            datums_D.append(sft_datum(prompt, completion))
+            student = fmt.prompt(as_messages(row["prompt"]), room=len(sequence.tokens)).tokens
+            tokens = student + list(sequence.tokens)
+            datums_D.append(example_datum(tokens, [0.0] * len(student) + [1.0] * len(sequence.tokens)))
     return datums_D, fallbacks
 
 
-def dry_run(args, rows: list[dict], tokenizer) -> None:
+def dry_run(args, rows: list[dict], fmt) -> None:
     row = rows_for_step(rows, 0, 1, args.seed)[0]
-    show_prompt("first student prompt:", as_messages(row["prompt"]), tokenizer)
-    show_prompt("its teacher prompt (the rewrite is sampled from this):", teacher_messages(row), tokenizer)
+    show_prompt("first student prompt:", as_messages(row["prompt"]), fmt)
+    show_prompt("its teacher prompt (the rewrite is sampled from this):", teacher_messages(row), fmt)
+    demonstration = conversation(row["prompt"], row["completion"])
+    show_trained("a failed rewrite falls back to the demonstration's tokens:", demonstration, fmt)
     print("dry run: data and plan are fine; nothing was sent")
 
 
@@ -225,7 +241,7 @@ async def train(
             "train/n_datums": len(datums_D),
             "train/fallback_frac": sum(fallbacks.values()) / len(datums_D),
             "train/fallbacks": dict(fallbacks),
-            "train/truncated": fmt.truncated,  # prompts cut to MAX_LENGTH so far in this run
+            "train/cut_to_length": fmt.truncated,  # sequences cut to MAX_LENGTH so far in this run
             "optim/lr": args.lr,
         }
 
@@ -314,8 +330,9 @@ class DataError(Exception):
     """A problem in a dataset file, reported as `file:line: message`."""
 
 
-# The keys of a row and what each holds: messages (a string or chat messages), text, object.
-ROW_KEYS = {"prompt": "messages", "completion": "text"}
+# The keys of a row and what each holds: messages (a string or chat messages), turns (an answer: a
+# string, or assistant and tool messages), text, object.
+ROW_KEYS = {"prompt": "messages", "completion": "turns"}
 ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -351,27 +368,38 @@ def check_row(row: object, where: str) -> None:
         raise DataError(f"{where}: missing key(s) {', '.join(missing)}; a row needs {', '.join(ROW_KEYS)}")
     for key, kind in ROW_KEYS.items():
         if kind == "messages":
-            check_prompt(row[key], where)
+            check_messages(row[key], key, where)
+        elif kind == "turns" and isinstance(row[key], list):
+            check_messages(row[key], key, where, roles=("assistant", "tool"))
+            if row[key][-1]["role"] != "assistant":
+                raise DataError(f"{where}: {key!r} must end with the assistant's answer")
         elif not isinstance(row[key], wanted := dict if kind == "object" else str):
             raise DataError(f"{where}: {key!r} must be a {wanted.__name__}, got {type(row[key]).__name__}")
 
 
-def check_prompt(prompt: object, where: str) -> None:
-    if isinstance(prompt, str):
-        if not prompt.strip():
-            raise DataError(f"{where}: 'prompt' is empty")
+def check_messages(messages: object, key: str, where: str, roles: tuple[str, ...] = ROLES) -> None:
+    if isinstance(messages, str):
+        if not messages.strip():
+            raise DataError(f"{where}: {key!r} is empty")
         return
-    if not isinstance(prompt, list) or not prompt:
-        raise DataError(f"{where}: 'prompt' must be a string or a non-empty list of chat messages")
-    for i, message in enumerate(prompt):
+    if not isinstance(messages, list) or not messages:
+        raise DataError(f"{where}: {key!r} must be a string or a non-empty list of chat messages")
+    for i, message in enumerate(messages):
         if (
             not isinstance(message, dict)
-            or message.get("role") not in ROLES
+            or message.get("role") not in roles
             or not isinstance(message.get("content"), str)
         ):
             raise DataError(
-                f'{where}: prompt[{i}] must be {{"role": one of {", ".join(ROLES)}, "content": str}}'
+                f'{where}: {key}[{i}] must be {{"role": one of {", ".join(roles)}, "content": str}}'
             )
+        for call in message.get("tool_calls", []):
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict) or not all(
+                isinstance(function.get(field), str) for field in ("name", "arguments")
+            ):
+                wanted = '{"function": {"name": str, "arguments": str}}'
+                raise DataError(f"{where}: {key}[{i}].tool_calls: each needs {wanted}")
 
 
 def rows_for_step(rows: list[dict], step: int, per_step: int, seed: int) -> list[dict]:
@@ -406,40 +434,179 @@ def as_messages(prompt: str | list[dict]) -> list[dict]:
     return messages
 
 
-# ---- Chat template and tokens ----
+# ---- Chat format: the model's own, for prompts, trained tokens, stops and parsing ----
 
 
-class ChatFormat:
-    """Renders prompts with the model's own chat template and ends completions with its end of turn."""
+class FormatError(Exception):
+    """A conversation the model's format cannot render as asked."""
 
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-        ids = [tokenizer.convert_tokens_to_ids(token) for token in END_OF_TURN]
-        if END_OF_TURN and all(isinstance(i, int) and i != tokenizer.unk_token_id for i in ids):
-            self.end_of_turn = ids
-        else:
-            # Another model (--model, or a local server's stand-in) has other special tokens.
-            self.end_of_turn = [tokenizer.eos_token_id]
-            print(f"note: end of turn taken from the tokenizer: {tokenizer.eos_token!r}")
-        self.truncated = 0  # prompts cut from the left to fit MAX_LENGTH, reported in the metrics
 
-    def prompt(self, messages: list[dict], room: int) -> list[int]:
-        """Token ids of the rendered prompt, ready for the assistant's turn, leaving `room` tokens."""
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        tokens = self.tokenizer.encode(text, add_special_tokens=False)
+@dataclass
+class Prompt:
+    tokens: list[int]  # the rendered prompt, ready for the assistant's turn
+    parser: object = None  # reads what is sampled after it (tml-renderers formats)
+
+
+@dataclass
+class Reply:
+    """A sampled turn, parsed in the model's format. Rewards read `answer` only."""
+
+    answer: str | None  # the final answer (text after the think block, gpt-oss's final channel); None: none
+    thinking: str  # the reasoning, never graded
+    ended: bool  # the turn ended on its own; False: cut at max_tokens
+    error: str | None = None  # why the sampled tokens did not parse, if they did not
+
+
+def cut_to_length(fmt, tokens: list[int], weights: list[float] | None = None) -> tuple[list, list | None]:
+    """Keep the last MAX_LENGTH tokens (a prompt loses its start; the trained end is kept), counted."""
+    if len(tokens) <= MAX_LENGTH:
+        return tokens, weights
+    fmt.truncated += 1
+    return tokens[-MAX_LENGTH:], None if weights is None else weights[-MAX_LENGTH:]
+
+
+class TmlFormat:
+    """The family's own format from Thinking Machines' tml-renderers: prompts and trained tokens as the
+    model was trained to see them (think blocks, harmony channels, tool calls), its own stop tokens, and
+    a parser that separates the answer from the reasoning."""
+
+    def __init__(self, renderer, name: str):
+        from tml_renderers import chat
+
+        self.renderer, self.name, self.chat = renderer, name, chat
+        self.stop = list(renderer.stop())
+        self.truncated = 0  # sequences cut to MAX_LENGTH so far, reported in the metrics
+
+    def prompt(self, messages: list[dict], room: int = 0) -> Prompt:
+        conversation = self.chat.OpenAIMessage.from_oss_messages(messages)
+        spans, parser = self.renderer.render_for_completion(conversation)
+        tokens = [token for span in spans for token in span.span.tokens]
         budget = max(MAX_LENGTH - room, 1)
         if len(tokens) > budget:
             self.truncated += 1
             tokens = tokens[-budget:]
-        return tokens
+        return Prompt(tokens, parser)
 
-    def completion(self, text: str) -> list[int]:
-        """Token ids of an assistant completion, closed with the end-of-turn token."""
-        tokens = self.tokenizer.encode(text, add_special_tokens=False)[: MAX_LENGTH - 1]
-        return tokens + self.end_of_turn[:1]
+    def examples(self, messages: list[dict]) -> list[tuple[list[int], list[float]]]:
+        """Tokens and per-token weights of a conversation: weight 1 on the model's own tokens."""
+        out = []
+        for example in self.renderer.render_for_sft(self.chat.OpenAIMessage.from_oss_messages(messages)):
+            tokens = [token for span in example.input_token_spans for token in span.span.tokens]
+            weights = [float(weight) for weight in example.per_token_loss_weight_unshifted]
+            out.append(cut_to_length(self, tokens, weights))
+        return out
 
-    def decode(self, tokens: list[int]) -> str:
-        return self.tokenizer.decode(tokens, skip_special_tokens=True)
+    def reply(self, prompt: Prompt, tokens: list[int], stop_reason: str) -> Reply:
+        ended = stop_reason == "stop"
+        # A turn cut at max_tokens is read as if it had ended there (its reward is still 0 by default).
+        tokens = list(tokens) if ended else [*tokens, self.stop[0]]
+        try:
+            messages = prompt.parser.parse_tokens(tokens)
+        except ValueError as exc:  # cut off mid-block, nested or unclosed thinking, no content
+            return Reply(None, "", ended, str(exc).split("\n", 1)[0])
+        texts = [m.content.text for m in messages if isinstance(m.content, self.chat.Text)]
+        thinking = "".join(m.content.text for m in messages if isinstance(m.content, self.chat.Thinking))
+        # The answer is the last text: gpt-oss's final channel comes after any commentary.
+        return Reply(texts[-1] if texts else None, thinking, ended)
+
+    def text(self, tokens: list[int]) -> str:
+        return self.renderer.tokenizer.decode(list(tokens))
+
+
+class TemplateFormat:
+    """A chat model through its own Hugging Face chat template: the Llama 3 family, and any model a
+    local server stands in with. A demonstration is the whole conversation rendered by the template;
+    the tokens after the generation prompt are trained, through the end-of-turn token."""
+
+    def __init__(self, tokenizer, name: str):
+        self.tokenizer, self.name = tokenizer, name
+        ids = [tokenizer.convert_tokens_to_ids(token) for token in END_OF_TURN]
+        if END_OF_TURN and all(isinstance(i, int) and i != tokenizer.unk_token_id for i in ids):
+            self.stop = ids
+        else:  # another model (--model, a local stand-in) has other special tokens
+            self.stop = [tokenizer.eos_token_id]
+            print(f"note: end of turn taken from the tokenizer: {tokenizer.eos_token!r}")
+        self.truncated = 0  # sequences cut to MAX_LENGTH so far, reported in the metrics
+
+    def render(self, messages: list[dict], open_turn: bool) -> list[int]:
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=open_turn)
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def prompt(self, messages: list[dict], room: int = 0) -> Prompt:
+        tokens = self.render(messages, open_turn=True)
+        budget = max(MAX_LENGTH - room, 1)
+        if len(tokens) > budget:
+            self.truncated += 1
+            tokens = tokens[-budget:]
+        return Prompt(tokens)
+
+    def examples(self, messages: list[dict]) -> list[tuple[list[int], list[float]]]:
+        """One example per assistant turn: its history as the prompt, weight 1 on the turn's tokens."""
+        out = []
+        for i, message in enumerate(messages):
+            if message["role"] != "assistant":
+                continue
+            prompt = self.render(messages[:i], open_turn=True)
+            full = self.render(messages[: i + 1], open_turn=False)
+            if full[: len(prompt)] != prompt:
+                raise FormatError(
+                    f"{self.name}: the chat template renders the prompt differently once the answer follows "
+                    "(the prompt is not a token prefix of the conversation); its turns cannot be trained"
+                )
+            turn = full[len(prompt) :]
+            ends = [k for k, token in enumerate(turn) if token in self.stop]
+            turn = turn[: ends[0] + 1] if ends else turn  # not what the template adds after the turn
+            out.append(cut_to_length(self, prompt + turn, [0.0] * len(prompt) + [1.0] * len(turn)))
+        return out
+
+    def reply(self, prompt: Prompt, tokens: list[int], stop_reason: str) -> Reply:
+        tokens = list(tokens)
+        while tokens and tokens[-1] in self.stop:
+            tokens.pop()
+        text = self.tokenizer.decode(tokens, skip_special_tokens=False)
+        ended = stop_reason == "stop"
+        if "</think>" in text:
+            thinking, answer = text.rsplit("</think>", 1)
+            return Reply(answer.strip(), thinking.replace("<think>", "").strip(), ended)
+        if "<think>" in text:
+            return Reply(None, text.split("<think>", 1)[1].strip(), ended, "the think block never closed")
+        return Reply(text.strip(), "", ended)
+
+    def text(self, tokens: list[int]) -> str:
+        return self.tokenizer.decode(list(tokens), skip_special_tokens=False)
+
+
+def family_format(tokenizer):
+    """The chat format of the card's model and its family (FORMAT_MODELS). `tokenizer()` gives the
+    service's Hugging Face tokenizer where the format needs one."""
+    from tml_renderers import renderers
+
+    renderer = renderers.Nemotron3()
+    return TmlFormat(renderer, "tml-renderers Nemotron3, thinking on")
+
+
+def chat_format(served: str, tokenizer):
+    """The format of the model the service trains: the family's format when the service trains one of
+    FORMAT_MODELS, else the served model's own chat template (a local stand-in such as rtc serve's
+    SmolLM2 has its own tokens)."""
+    if served in FORMAT_MODELS:
+        return family_format(tokenizer)
+    print(f"note: the service trains {served}, not a model of this format: using its own chat template")
+    return TemplateFormat(tokenizer(), f"{served} (its chat template)")
+
+
+def conversation(prompt: str | list[dict], completion: str | list[dict]) -> list[dict]:
+    """A row's prompt (with SYSTEM_PROMPT) and its completion: an answer, or assistant and tool turns."""
+    turns = [{"role": "assistant", "content": completion}] if isinstance(completion, str) else completion
+    return as_messages(prompt) + list(turns)
+
+
+def example_datum(tokens: list[int], weights: list[float]) -> types.Datum:
+    """Next-token datum: inputs are tokens[:-1], targets tokens[1:], each target with its weight."""
+    return types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={"target_tokens": tokens[1:], "weights": weights[1:]},
+    )
 
 
 # ---- Metrics and checkpoints ----
@@ -518,7 +685,7 @@ def check_reachable() -> None:
 class Session:
     service: object  # tinker.ServiceClient
     training: object  # tinker.TrainingClient
-    fmt: ChatFormat
+    fmt: object  # the chat format of the model the service trains (see chat_format)
     start: int  # first step to run: 0, or the step after the checkpoint resumed from
     checkpoint: dict | None  # the checkpoints.jsonl record resumed from
 
@@ -541,7 +708,12 @@ async def connect(args, log: RunLog) -> Session:
             base_model=args.model, rank=args.rank, seed=args.seed
         )
     start = checkpoint["step"] + 1 if checkpoint else 0
-    return Session(service, training, ChatFormat(training.get_tokenizer()), start, checkpoint)
+    # The format follows the model the service says it trains, so one file is right on Tinker and
+    # against a local server whose stand-in model has other tokens.
+    served = training.get_info().model_data.model_name or args.model
+    fmt = chat_format(served, training.get_tokenizer)
+    print(f"chat format: {fmt.name}")
+    return Session(service, training, fmt, start, checkpoint)
 
 
 def adam_params(args) -> types.AdamParams:
@@ -554,23 +726,24 @@ def loss_per_token(output, datums: list) -> float:
     return output.metrics["loss:sum"] / max(weight, 1e-9)
 
 
-async def show_sample(training, fmt: ChatFormat, row: dict, args) -> None:
+async def show_sample(training, fmt, row: dict, args) -> None:
     """Print what the trained weights answer to one prompt."""
     sampler = await training.save_weights_and_get_sampling_client()
     prompt = fmt.prompt(as_messages(row["prompt"]), room=args.max_tokens)
     params = types.SamplingParams(
-        max_tokens=args.max_tokens,
-        temperature=args.temperature,
-        top_p=TOP_P,
-        stop=fmt.end_of_turn,
-        seed=args.seed,
+        max_tokens=args.max_tokens, temperature=args.temperature, top_p=TOP_P, stop=fmt.stop, seed=args.seed
     )
     response = await sampler.sample(
-        prompt=types.ModelInput.from_ints(prompt), num_samples=1, sampling_params=params
+        prompt=types.ModelInput.from_ints(prompt.tokens), num_samples=1, sampling_params=params
     )
+    sequence = response.sequences[0]
+    reply = fmt.reply(prompt, sequence.tokens, sequence.stop_reason)
     print("sample from the trained weights:")
     print(f"  prompt: {prompt_preview(row['prompt'])}")
-    print(f"  answer: {fmt.decode(response.sequences[0].tokens).strip()}")
+    if reply.thinking:
+        print(f"  thinking: {' '.join(reply.thinking.split())[:200]}")
+    shown = reply.answer if reply.answer is not None else f"(no answer: {reply.error or 'unparsed'})"
+    print(f"  answer: {shown.strip()}" + ("" if reply.ended else f" [cut at {args.max_tokens} tokens]"))
 
 
 def prompt_preview(prompt: str | list[dict]) -> str:
@@ -578,30 +751,31 @@ def prompt_preview(prompt: str | list[dict]) -> str:
     return " ".join(text.split())[:200]
 
 
-def local_tokenizer(model: str):
-    """The model's tokenizer if it is already on this machine (a directory or the Hugging Face
-    cache), else None: a dry run never touches the network."""
-    try:
-        from transformers import AutoTokenizer
-    except ImportError:
-        return None
-    try:
-        return AutoTokenizer.from_pretrained(model, local_files_only=True)
-    except (OSError, ValueError):
-        return None
+def local_format(args):
+    """The chat format for a dry run, without network: the family's own where it needs no download,
+    else from the model's tokenizer if it is already on this machine; None otherwise."""
+    return family_format(tokenizer=None)
 
 
-def show_prompt(title: str, messages: list[dict], tokenizer) -> None:
-    """Print a prompt rendered with the model's chat template, or as its chat messages when the
-    tokenizer is not on this machine (the template is then applied when training)."""
+def show_prompt(title: str, messages: list[dict], fmt) -> None:
+    """Print a prompt as the model will see it, or as chat messages when no format is at hand."""
     print(title)
-    if tokenizer is not None:
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        print("    " + text.replace("\n", "\n    "))
+    if fmt is not None:
+        print("    " + fmt.text(fmt.prompt(messages).tokens).replace("\n", "\n    "))
         return
     for message in messages:
         content = message["content"].replace("\n", "\n" + " " * (len(message["role"]) + 7))
         print(f"    [{message['role']}] {content}")
+
+
+def show_trained(title: str, messages: list[dict], fmt) -> None:
+    """Print the tokens a demonstration trains (weight 1), decoded, turn by turn."""
+    if fmt is None:
+        return
+    print(title)
+    for tokens, weights in fmt.examples(messages):
+        trained = [token for token, weight in zip(tokens, weights, strict=True) if weight > 0]
+        print("    " + repr(fmt.text(trained)))
 
 
 def print_plan(args, rows: list[dict], eval_rows: list[dict]) -> None:
@@ -647,10 +821,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print_plan(args, rows, eval_rows)
     if args.dry_run:
-        tokenizer = local_tokenizer(args.model)
-        if tokenizer is None:
-            print(f"   (the tokenizer of {args.model} is not on this machine: prompts are shown as messages)")
-        dry_run(args, rows, tokenizer)
+        fmt = local_format(args)
+        if fmt is not None:
+            print(f"   chat format: {fmt.name}")
+        dry_run(args, rows, fmt)
         return 0
     if tinker is None:
         print("error: the Tinker SDK is not installed: pip install tinker==0.38.0", file=sys.stderr)

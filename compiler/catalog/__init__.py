@@ -6,7 +6,7 @@ learning rate by family) are computed here, with a note that says where the numb
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
@@ -19,6 +19,7 @@ _HERE = Path(__file__).parent
 class Model:
     name: str
     family: str
+    renderer: str  # key of renderers.yaml: how its chat format is rendered and parsed
     tokenizer: str | None  # tml_renderers.tokenizers class of the family, None where it has none
     arch: str | None  # "dense" | "moe" | None (not published)
     params_b: float | None
@@ -45,6 +46,29 @@ def _billions(value: float | None) -> str:
     if value is None:
         return "?"
     return f"{value:g}B" if value < 1000 else f"{value / 1000:g}T"
+
+
+@dataclass(frozen=True)
+class RendererMode:
+    name: str  # the card's `thinking` value: "on", "off"; "none" or "always" where there is no switch
+    trained: str  # what a one-turn demonstration with answer ANSWER trains, as text
+    constructor: str | None = None  # tml_renderers.renderers class, or Class.factory
+    args: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Renderer:
+    """How a model's chat format becomes tokens (renderers.yaml)."""
+
+    name: str
+    kind: str  # "tml" | "template" | "base"
+    modes: dict[str, RendererMode]
+    default: str
+
+    @property
+    def switchable(self) -> bool:
+        """Whether a card may pick the thinking mode (`thinking: on|off`)."""
+        return set(self.modes) >= {"on", "off"}
 
 
 @dataclass(frozen=True)
@@ -76,6 +100,7 @@ class Field:
     flag: str | None = None
     type: str | None = None  # argparse type of the flag
     positive: bool = False
+    choices: tuple[str, ...] | None = None
     starter: str | bool | None = None
 
 
@@ -103,6 +128,8 @@ class Method:
     primitives: tuple[str, ...]
     loss_line: str
     max_tokens_help: str
+    # family (or "default") -> (learning rate, the tinker-cookbook recipe it comes from)
+    lr_recipes: dict[str, tuple[float, str]] | None = None
 
     @property
     def default_lr(self) -> float:
@@ -126,6 +153,7 @@ class Loss:
     name: str
     summary: str
     config: tuple[LossOption, ...]
+    ratio: bool = False  # reads the sampler's logprobs: an importance ratio against the trainer's
 
 
 @dataclass(frozen=True)
@@ -146,6 +174,7 @@ class Catalog:
     losses: dict[str, Loss]
     tasks: dict[str, Task]
     fields: dict[str, Field]
+    renderers: dict[str, Renderer]
 
 
 def _read(name: str) -> dict:
@@ -172,6 +201,9 @@ def _method(name: str, d: dict) -> Method:
         primitives=tuple(d["primitives"]),
         loss_line=d["loss_line"],
         max_tokens_help=d["max_tokens_help"],
+        lr_recipes={k: (float(v["lr"]), v["recipe"]) for k, v in d["lr_recipes"].items()}
+        if "lr_recipes" in d
+        else None,
     )
 
 
@@ -181,6 +213,7 @@ def load_catalog() -> Catalog:
     methods_doc = _read("methods.yaml")
     tasks_doc = _read("tasks.yaml")
     fields_doc = _read("fields.yaml")
+    renderers_doc = _read("renderers.yaml")
     models = {}
     for entry in models_doc["models"]:
         entry = dict(entry)
@@ -204,6 +237,7 @@ def load_catalog() -> Catalog:
                 LossOption(name=k, default=float(v["default"]), summary=v["summary"])
                 for k, v in d["config"].items()
             ),
+            ratio=bool(d.get("ratio", False)),
         )
         for name, d in methods_doc["losses"].items()
     }
@@ -221,8 +255,23 @@ def load_catalog() -> Catalog:
     fields = {
         name: Field(name=name, schema=d.pop("schema", {}), **d) for name, d in fields_doc["fields"].items()
     }
+    renderers = {
+        name: Renderer(
+            name=name,
+            kind=d["kind"],
+            modes={mode: RendererMode(name=mode, **spec) for mode, spec in d["modes"].items()},
+            default=d["default"],
+        )
+        for name, d in renderers_doc["renderers"].items()
+    }
     catalog = Catalog(
-        models=models, signals=signals, methods=methods, losses=losses, tasks=tasks, fields=fields
+        models=models,
+        signals=signals,
+        methods=methods,
+        losses=losses,
+        tasks=tasks,
+        fields=fields,
+        renderers=renderers,
     )
     _check(catalog)
     return catalog
@@ -250,6 +299,15 @@ def _check(catalog: Catalog) -> None:
         missing = [name for name in ("steps", "lr", "sampling", *method.uses) if name not in method.defaults]
         if missing:
             problems.append(f"{where}: no default for {', '.join(missing)}")
+    for model in catalog.models.values():
+        if model.renderer not in catalog.renderers:
+            problems.append(f"models.yaml: {model.name}: unknown renderer {model.renderer!r}")
+    for renderer in catalog.renderers.values():
+        if renderer.default not in renderer.modes:
+            problems.append(f"renderers.yaml: {renderer.name}: default {renderer.default!r} is not a mode")
+        for mode in renderer.modes.values():
+            if (mode.constructor is None) != (renderer.kind != "tml"):
+                problems.append(f"renderers.yaml: {renderer.name}: a constructor is for tml renderers only")
     if problems:
         raise ValueError("rtc catalog is inconsistent:\n  " + "\n  ".join(problems))
 
@@ -261,10 +319,17 @@ _LR_EXPONENT = {"llama": 0.781, "qwen": 0.0775}
 def default_lr(model: Model, method: Method) -> tuple[float, str]:
     """The learning rate a card gets when it names none, and a note saying where it came from.
 
-    The family rule was fitted for supervised LoRA fine-tuning; RL and DPO use smaller rates, so for
-    those methods the rule's value is scaled by the ratio of the method defaults (grpo 4e-5 and
-    dpo 1e-5 against sft 2e-4).
+    A method with `lr_recipes` (methods.yaml) takes the rate tinker-cookbook's recipes use for the
+    model's family, else its own default. Otherwise the family LoRA rule applies where it is
+    published; it was fitted for supervised fine-tuning, so for DPO it is scaled by the ratio of the
+    method defaults (dpo 1e-5 against sft 2e-4).
     """
+    if method.lr_recipes is not None:
+        if model.family in method.lr_recipes:
+            value, source = method.lr_recipes[model.family]
+            return float(value), f"tinker-cookbook {source}"
+        value, source = method.lr_recipes["default"]
+        return float(value), f"tinker-cookbook {source}"
     exponent = _LR_EXPONENT.get(model.family)
     if exponent is None or model.hidden_size is None:
         return method.default_lr, f"method {method.name} default (no published rule for {model.family})"

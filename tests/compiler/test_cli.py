@@ -226,8 +226,19 @@ def test_explain_marks_card_values_and_default_origins(at_root):
 
 
 def test_explain_names_the_learning_rate_rule(at_root):
-    assert _explain("recipes/grpo-math-qwen3.yaml")["lr"].startswith("qwen LoRA rule")
-    assert _explain("recipes/grpo-json-gpt-oss.yaml")["lr"].startswith("method grpo default")
+    assert _explain("recipes/sft-chat-qwen3.yaml")["lr"].startswith("qwen LoRA rule")
+    assert _explain("recipes/grpo-math-qwen3.yaml")["lr"] == "tinker-cookbook RL recipe math_rl (Qwen3-8B)"
+    assert _explain("recipes/grpo-json-gpt-oss.yaml")["lr"].startswith("tinker-cookbook RL recipes rl_basic")
+
+
+def test_explain_shows_the_chat_format_its_thinking_mode_and_what_is_trained(at_root):
+    CARD = "recipes/grpo-math-qwen3.yaml"  # noqa: N806
+    shown = {
+        line.split()[0]: " ".join(line.split()[1:]) for line in rtc("explain", CARD).stdout.splitlines()[1:]
+    }
+    assert shown["format"] == "'qwen3 (tml-renderers Qwen3)' <- catalog: Qwen/Qwen3-8B"
+    assert shown["thinking"] == "'on' <- renderer qwen3 default"
+    assert shown["trained"] == "'<think>\\n\\n</think>\\n\\nANSWER<|im_end|>' <- renderers.yaml"
 
 
 # --- new ------------------------------------------------------------------------------------------

@@ -32,8 +32,13 @@ grpo = load("grpo-math-qwen3")
 dpo = load("dpo-chat-llama3")
 
 
-def test_sft_datum_shifts_targets_and_weights_only_the_completion():
-    datum = sdft.sft_datum([1, 2, 3], [4, 5, 6])
+def sft_datum(module, prompt: list[int], completion: list[int]):
+    """A datum of `prompt` then `completion` (weight 1), built by a loop's own example_datum."""
+    return module.example_datum(prompt + completion, [0.0] * len(prompt) + [1.0] * len(completion))
+
+
+def test_example_datum_shifts_targets_and_weights():
+    datum = sft_datum(sdft, [1, 2, 3], [4, 5, 6])
     assert isinstance(datum, tinker.types.Datum)
     assert datum.model_input.to_ints() == [1, 2, 3, 4, 5]
     assert datum.loss_fn_inputs["target_tokens"].data == [2, 3, 4, 5, 6]
@@ -42,7 +47,8 @@ def test_sft_datum_shifts_targets_and_weights_only_the_completion():
 
 
 def test_rl_datum_puts_logprobs_and_advantages_on_completion_targets_only():
-    datum = grpo.rl_datum([10, 11, 12], [20, 21], [-0.5, -1.5], advantage=0.75)
+    sequence = SimpleNamespace(tokens=[20, 21], logprobs=[-0.5, -1.5])
+    datum = grpo.rl_datum([10, 11, 12], None, sequence, advantage=0.75)
     assert datum.model_input.to_ints() == [10, 11, 12, 20]
     assert datum.loss_fn_inputs["target_tokens"].data == [11, 12, 20, 21]
     assert datum.loss_fn_inputs["logprobs"].data == [0.0, 0.0, -0.5, -1.5]
@@ -51,22 +57,27 @@ def test_rl_datum_puts_logprobs_and_advantages_on_completion_targets_only():
     assert all(
         len(datum.loss_fn_inputs[key].data) == n for key in ("target_tokens", "logprobs", "advantages")
     )
+    # With the sampler's prompt logprobs (entry 0 has no context), prompt targets carry them.
+    with_prompt = grpo.rl_datum([10, 11, 12], [None, -2.0, -3.0], sequence, advantage=0.75)
+    assert with_prompt.loss_fn_inputs["logprobs"].data == [-2.0, -3.0, -0.5, -1.5]
+    assert with_prompt.loss_fn_inputs["advantages"].data == [0.0, 0.0, 0.75, 0.75]
 
 
 @pytest.mark.parametrize(
-    ("text", "stop_reason", "expected"),
+    ("answer", "ended", "expected"),
     [
-        ("<tool_call>{}</tool_call> done", "stop", None),
-        ("   \n", "stop", "empty"),
-        ("a long answer that ran out", "length", "cut off"),
-        ("As the demonstration shows, call search.", "stop", "mentions the demonstration"),
-        ("Following the reference, I call search.", "stop", "mentions the demonstration"),
-        ("Like this example, I call search.", "stop", "mentions the demonstration"),
-        ("An example of a search call follows.", "stop", None),  # "example" alone is fine
+        ("<tool_call>{}</tool_call> done", True, None),
+        ("   \n", True, "empty"),
+        (None, True, "empty"),  # the format found no answer (e.g. thinking never closed)
+        ("a long answer that ran out", False, "cut off"),
+        ("As the demonstration shows, call search.", True, "mentions the demonstration"),
+        ("Following the reference, I call search.", True, "mentions the demonstration"),
+        ("Like this example, I call search.", True, "mentions the demonstration"),
+        ("An example of a search call follows.", True, None),  # "example" alone is fine
     ],
 )
-def test_rewrite_filter(text, stop_reason, expected):
-    assert sdft.rewrite_problem(text, stop_reason) == expected
+def test_rewrite_filter(answer, ended, expected):
+    assert sdft.rewrite_problem(sdft.Reply(answer, "", ended)) == expected
 
 
 def test_teacher_sees_the_task_and_the_demonstration():
@@ -153,7 +164,7 @@ def test_dpo_loss_matches_a_hand_computation():
 
 def test_dpo_custom_loss_and_its_gradient():
     torch = pytest.importorskip("torch")
-    datums = [dpo.sft_datum([1, 2], [3, 4]), dpo.sft_datum([1, 2], [5, 6])]
+    datums = [sft_datum(dpo, [1, 2], [3, 4]), sft_datum(dpo, [1, 2], [5, 6])]
     logprobs = [
         torch.tensor([-9.0, -1.0, -2.0], requires_grad=True),
         torch.tensor([-9.0, -3.0, -3.0], requires_grad=True),
@@ -182,36 +193,6 @@ def test_run_log_forgets_steps_a_resume_redoes(tmp_path):
     assert steps == [0, 1]
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    models = pytest.importorskip("rtc.server.models")
-    transformers = pytest.importorskip("transformers")
-    return transformers.AutoTokenizer.from_pretrained(str(models.prepare_model("tiny")))
-
-
-def test_chat_format_uses_the_chat_template_and_end_of_turn(tokenizer, monkeypatch):
-    fmt = sft.ChatFormat(tokenizer)
-    eot = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    assert fmt.end_of_turn == [eot]
-    messages = sft.as_messages("Hello there")
-    prompt = fmt.prompt(messages, room=10)
-    text = tokenizer.decode(prompt)
-    expected = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    assert text == expected
-    completion = fmt.completion("Hi!")
-    assert completion[-1] == eot and tokenizer.decode(completion[:-1]) == "Hi!"
-    # Too long: the prompt loses its start, and the loop counts it.
-    monkeypatch.setattr(sft, "MAX_LENGTH", 12)
-    cut = fmt.prompt(messages, room=4)
-    assert len(cut) == 8 and cut == prompt[-8:] and fmt.truncated == 1
-
-
-def test_chat_format_falls_back_to_the_tokenizer_end_of_turn(tokenizer, capsys):
-    fmt = dpo.ChatFormat(tokenizer)  # the Llama card's <|eot_id|> is not in this tokenizer
-    assert fmt.end_of_turn == [tokenizer.eos_token_id]
-    assert "end of turn taken from the tokenizer" in capsys.readouterr().out
-
-
 def test_system_prompt_is_added_unless_the_row_has_one(monkeypatch):
     monkeypatch.setattr(grpo, "SYSTEM_PROMPT", "Be brief.")
     assert grpo.as_messages("q") == [
@@ -222,12 +203,12 @@ def test_system_prompt_is_added_unless_the_row_has_one(monkeypatch):
     assert grpo.as_messages(own) == own
 
 
-def test_safe_verify_turns_a_verifier_crash_into_zero(monkeypatch):
+def test_grade_turns_a_verifier_crash_into_zero(monkeypatch):
     def broken(completion, metadata):
         raise RuntimeError("bug")
 
     monkeypatch.setattr(grpo, "verify", broken)
-    verdict = grpo.safe_verify(("x", {}))
+    verdict = grpo.grade((grpo.Reply("x", "", True), {}))
     assert verdict["reward"] == 0.0 and verdict["verifier_error"] == 1.0
 
 
@@ -237,6 +218,6 @@ def test_math_verifier_is_inlined_and_scores():
 
 
 def test_loss_per_token_divides_loss_sum_by_weights():
-    datums = [sft.sft_datum([1, 2], [3, 4, 5]), sft.sft_datum([1], [2])]  # 3 + 1 weighted tokens
+    datums = [sft_datum(sft, [1, 2], [3, 4, 5]), sft_datum(sft, [1], [2])]  # 3 + 1 weighted tokens
     output = SimpleNamespace(metrics={"loss:sum": 8.0})
     assert sft.loss_per_token(output, datums) == 2.0

@@ -58,7 +58,7 @@ def dry_run(args, rows: list[dict], tokenizer) -> None:
 {% block step %}
 
         # ---- Datums: every demonstration, REPEATS times ----
-        datums_D = [demonstration_datum(fmt, row) for row in itertools.chain(*[batch] * REPEATS)]
+        datums_D = [d for row in itertools.chain(*[batch] * REPEATS) for d in demonstration_datums(fmt, row)]
         metrics = {"train/n_datums": len(datums_D), "optim/lr": args.lr}
 {% endblock %}
 {% block progress %}

@@ -101,6 +101,20 @@ def check_prompt(prompt, where):
     assert prompt[-1]["role"] == "user", where
 
 
+def check_turns(turns, where):
+    """Assistant turns (tool calls or the answer) and tool results; every call answered; an answer last."""
+    assert turns and turns[-1]["role"] == "assistant" and turns[-1]["content"].strip(), where
+    open_calls = []
+    for message in turns:
+        assert message["role"] in {"assistant", "tool"}, where
+        if message["role"] == "tool":
+            assert message["tool_call_id"] == open_calls.pop(0), where
+        for call in message.get("tool_calls", []):
+            json.loads(call["function"]["arguments"])
+            open_calls.append(call["id"])
+    assert not open_calls, where
+
+
 def test_no_unexpected_files():
     stems = {
         path.name.removesuffix(".eval.jsonl").removesuffix(".jsonl") for path in DATA_DIR.glob("*.jsonl")
@@ -121,7 +135,10 @@ def test_rows_have_the_keys_and_types_of_their_signal(stem):
             assert isinstance(row["metadata"], dict) and row["metadata"], where
         else:
             for key in SIGNAL_KEYS[signal] - {"prompt"}:
-                assert isinstance(row[key], str) and row[key].strip(), where
+                if isinstance(row[key], list):  # a demonstration given as turns: calls, results, answer
+                    check_turns(row[key], where)
+                else:
+                    assert isinstance(row[key], str) and row[key].strip(), where
         if signal == "preferences":
             assert row["chosen"] != row["rejected"], where
 
@@ -209,16 +226,15 @@ def test_match_answers_verify(match_verify):
         assert match_verify("I don't know", metadata)["reward"] == 0.0
 
 
-def test_tool_trajectories_have_one_consistent_format():
-    trajectory = re.compile(
-        r"<tool_call>(?P<call>\{.*\})</tool_call>\n<observation>.+</observation>\n<answer>.+</answer>",
-        re.DOTALL,
-    )
+def test_tool_trajectories_are_messages_with_calls_the_prompt_declares():
+    """Tool traces are message lists (8.4): the model's calls, the tools' results, a short answer;
+    never tool output written into the model's own text."""
     for row in all_rows("tool-agents"):
-        assert isinstance(row["prompt"], list)
-        match = trajectory.fullmatch(row["completion"])
-        assert match, row["completion"]
-        call = json.loads(match.group("call"))
-        assert set(call) == {"name", "arguments"} and isinstance(call["arguments"], dict)
-        assert call["name"] in row["prompt"][0]["content"]
-        assert len(row["completion"].split()) < 120
+        assert isinstance(row["prompt"], list) and isinstance(row["completion"], list)
+        check_turns(row["completion"], row["prompt"][-1]["content"])
+        for message in row["completion"]:
+            assert "<observation>" not in message["content"] and "<tool_call>" not in message["content"]
+            for call in message.get("tool_calls", []):
+                assert call["function"]["name"] in row["prompt"][0]["content"]
+                assert isinstance(json.loads(call["function"]["arguments"]), dict)
+        assert len(row["completion"][-1]["content"].split()) < 60
