@@ -262,16 +262,20 @@ class TinkerService:
         return [self.model.name]
 
     def sampler_base_model(self, sampler: Sampler) -> str:
-        """What ``GET samplers/{id}`` reports as ``base_model``; ``SamplingClient.get_base_model()``
-        returns it and ``get_tokenizer()`` loads it, as :func:`reported_model`'s ``tokenizer_id``."""
-        name = sampler.base_model
-        if sampler.model_path is not None:
-            directory = self.store.existing(sampler.model_path)
-            name = str(self.engine.checkpoint_info(directory).get("base_model") or name)
-        family = self.model.family
-        if family is not None and family.tokenizer is not None:
-            return name
-        return tokenizer_location(self.model.path)
+        """What ``GET samplers/{id}`` reports as ``base_model`` (the SDK asks for a sampler made
+        from a ``model_path``; ``SamplingClient.get_base_model()`` returns it and
+        ``get_tokenizer()`` loads it).
+
+        A family model names the sampler's base model (from its checkpoint), as ``get_info``
+        does: a sampler of the current weights gets that name from ``get_info`` anyway. A model
+        that serves any name gives its local directory, so ``get_tokenizer()`` works offline.
+        """
+        if self.model.family is None:
+            return tokenizer_location(self.model.path)
+        if sampler.model_path is None:
+            return sampler.base_model
+        directory = self.store.existing(sampler.model_path)
+        return str(self.engine.checkpoint_info(directory).get("base_model") or sampler.base_model)
 
     def session(self, session_id: Any) -> Session:
         session_id = expect(session_id, str, "session_id")
