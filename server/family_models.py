@@ -166,11 +166,12 @@ def _build_tml(spec: FamilyModel, out_dir: Path) -> None:
 def _save_random_llama(
     out_dir: Path, vocab_size: int, bos_token_id: int | None, eos_token_ids: list[int], pad_token_id=None
 ) -> None:
-    """A 2-layer, 64-wide Llama, seeded for reproducibility.
+    """A 2-layer, 64-wide Llama, seeded for reproducibility, stored in bfloat16.
 
     The embeddings hold nearly all the weights (a 248k-token vocabulary is 16M parameters per
     copy) but stay untied: with tied embeddings, a LoRA adapter on the unembedding makes peft
-    save the whole embedding matrix into every checkpoint.
+    save the whole embedding matrix into every checkpoint. bfloat16 halves the files; the
+    server loads them as float32, so the weights are exactly the stored bfloat16 values.
     """
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -194,7 +195,7 @@ def _save_random_llama(
         model = LlamaForCausalLM(config)
     model.generation_config.eos_token_id = eos_token_ids
     model.generation_config.bos_token_id = bos_token_id
-    model.save_pretrained(out_dir)
+    model.to(torch.bfloat16).save_pretrained(out_dir)
 
 
 # ----- tiny-llama3's tokenizer --------------------------------------------------------------------

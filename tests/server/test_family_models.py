@@ -106,7 +106,7 @@ def train_until_learned(training, datum: types.Datum, weight_sum: float) -> list
     losses = []
     for _ in range(MAX_STEPS):
         backward = training.forward_backward([datum], "cross_entropy")
-        step = training.optim_step(types.AdamParams(learning_rate=5e-3))
+        step = training.optim_step(types.AdamParams(learning_rate=1e-2))
         losses.append(backward.result().metrics["loss:sum"] / weight_sum)
         step.result()
         if losses[-1] < LEARNED_LOSS:
