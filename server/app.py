@@ -349,13 +349,13 @@ def create_app(service: TinkerService) -> FastAPI:
         sampler_id = f"{session.session_id}:sample:{seq_id}"
         if sampler_id in service.samplers:
             raise HTTPException(409, f"sampling session {sampler_id} already exists")
+        if base_model is not None:
+            service.announce(base_model)  # before loading anything: a refused name loads nothing
         adapter = None
         if model_path is not None:
             directory = service.store.existing(model_path)
             adapter = service.new_name("sample_")
             await service.on_engine(service.engine.load_sampler_adapter, directory, adapter)
-        if base_model is not None:
-            service.announce(base_model)
         name = base_model or options.model_description
         await service.add_sampler(Sampler(sampler_id, session.session_id, name, adapter, model_path))
         return {"type": "create_sampling_session", "sampling_session_id": sampler_id}

@@ -67,12 +67,13 @@ class FamilyModel:
         """Why ``base_model`` cannot be served by this model, with what to do instead; None if it can."""
         if self.serves(base_model):
             return None
+        shown = repr(base_model) if len(base_model) <= 200 else repr(base_model[:200]) + "..."
         names = ", ".join(self.served_names())
         head = f"rtc serve --model {self.name} serves only models with {self.label} ({names})"
         model = _catalog_models().get(base_model)
         if model is None:
             return (
-                f"{head}; {base_model!r} is not in rtc's model catalog (rtc list models), so its "
+                f"{head}; {shown} is not in rtc's model catalog (rtc list models), so its "
                 "family is unknown: start rtc serve --model tiny or smollm2 to serve any name"
             )
         other = next((f for f in FAMILY_MODELS.values() if f.serves(base_model)), None)
@@ -81,7 +82,7 @@ class FamilyModel:
             if other is not None
             else "no tiny model has its tokenizer; start rtc serve --model tiny or smollm2"
         )
-        return f"{head}; {base_model!r} has {_tokenizer_phrase(model.tokenizer, model.family)}: {fix}"
+        return f"{head}; {shown} has {_tokenizer_phrase(model.tokenizer, model.family)}: {fix}"
 
 
 def _tokenizer_phrase(tokenizer: str | None, family: str) -> str:
