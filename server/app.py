@@ -25,7 +25,7 @@ from .futures import Outcome
 from .losses import LossInputError, check_inputs, check_loss
 from .protocol import ProtocolError, expect, optional, require
 from .sampling import generate
-from .service import Sampler, Session, TinkerService, tokenizer_location
+from .service import Sampler, Session, TinkerService
 from .state import CheckpointNotFoundError, CheckpointPathError, CheckpointRef, check_name
 
 PROTOBUF = "application/x-protobuf"
@@ -128,11 +128,12 @@ def create_app(service: TinkerService) -> FastAPI:
         return {
             "supported_models": [
                 {
-                    "model_name": options.model_description,
+                    "model_name": name,
                     "max_context_length": service.engine.max_length,
                     "trainable": True,
                     "sampleable": True,
                 }
+                for name in service.supported_models()
             ]
         }
 
@@ -348,13 +349,13 @@ def create_app(service: TinkerService) -> FastAPI:
         sampler_id = f"{session.session_id}:sample:{seq_id}"
         if sampler_id in service.samplers:
             raise HTTPException(409, f"sampling session {sampler_id} already exists")
+        if base_model is not None:
+            service.announce(base_model)  # before loading anything: a refused name loads nothing
         adapter = None
         if model_path is not None:
             directory = service.store.existing(model_path)
             adapter = service.new_name("sample_")
             await service.on_engine(service.engine.load_sampler_adapter, directory, adapter)
-        if base_model is not None:
-            service.announce(base_model)
         name = base_model or options.model_description
         await service.add_sampler(Sampler(sampler_id, session.session_id, name, adapter, model_path))
         return {"type": "create_sampling_session", "sampling_session_id": sampler_id}
@@ -362,10 +363,9 @@ def create_app(service: TinkerService) -> FastAPI:
     @app.get("/api/v1/samplers/{sampler_id}")
     async def get_sampler(sampler_id: str):
         sampler = service.sampler(sampler_id)
-        # The SDK loads SamplingClient.get_tokenizer() from this name: give it the local directory.
         return {
             "sampler_id": sampler.sampler_id,
-            "base_model": tokenizer_location(options.model_dir),
+            "base_model": service.sampler_base_model(sampler),
             "model_path": sampler.model_path,
         }
 

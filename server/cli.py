@@ -16,8 +16,22 @@ import sys
 from pathlib import Path
 
 EXAMPLE = """\
+models:
+  smollm2         SmolLM2-135M-Instruct (default); serves any base_model name
+  tiny            a tiny random model with its own small tokenizer; serves any name
+  tiny-qwen3      Qwen3 models (Qwen/Qwen3-8B, ...)
+  tiny-qwen35     Qwen3.5, 3.6 and 3.8 models (Qwen/Qwen3.5-4B, ...)
+  tiny-nemotron3  Nemotron 3 models (nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16, ...)
+  tiny-gpt-oss    gpt-oss models, harmony format (openai/gpt-oss-20b, openai/gpt-oss-120b)
+  tiny-deepseek   DeepSeek-V3.1 and DeepSeek-V3.1-Base
+  tiny-llama3     Llama 3 models, Llama 3.1 chat template (meta-llama/Llama-3.1-8B-Instruct, ...)
+  DIR             a local Hugging Face model directory; serves any name
+A tiny-<family> model has random weights (64 wide, 2 layers) and the family's real vocabulary,
+special tokens and stop tokens; it serves only the names of its family in `rtc list models` and
+refuses others. Each is built once (seconds) and cached under ~/.cache/rtc/models.
+
 example:
-  rtc serve --model tiny
+  rtc serve --model tiny-qwen3
   # then, in another terminal, with the two lines it prints:
   export TINKER_BASE_URL=http://127.0.0.1:8000
   export TINKER_API_KEY=tml-local
@@ -45,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--model",
         default="smollm2",
-        help="'smollm2' (SmolLM2-135M-Instruct, default), 'tiny' (a test model) or a local HF model dir",
+        help="smollm2 (default), tiny, tiny-<family> (a test model in a family's real format; "
+        "see models below) or a local Hugging Face model directory",
     )
     parser.add_argument(
         "--state-dir",
@@ -152,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         state_dir=state_dir,
         api_key=args.api_key,
         latency_ms=args.latency_ms,
+        model=prepared,
     )
     service = TinkerService(engine, options)
     app = create_app(service)

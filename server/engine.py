@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from .family_tokenizers import load_served_tokenizer
 from .losses import LossSpec, check_inputs, datum_loss
 
 log = logging.getLogger("rtc.serve")
@@ -110,11 +111,12 @@ class Engine:
     """Owns the model; every method runs on the engine thread."""
 
     def __init__(self, model_dir: Path, threads: int | None = None):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
 
         torch.set_num_threads(threads or default_threads())
         self.model_dir = model_dir
-        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        # Hugging Face or a family's native tml tokenizer: decode() and stop_token_ids either way.
+        self.tokenizer = load_served_tokenizer(model_dir)
         self.base = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
         self.base.eval()
         for param in self.base.parameters():
@@ -203,9 +205,10 @@ class Engine:
     def adapter_state(self, name: str) -> dict[str, torch.Tensor]:
         from peft import get_peft_model_state_dict
 
-        return {
-            k: v.detach().clone() for k, v in get_peft_model_state_dict(self._peft, adapter_name=name).items()
-        }
+        # save_embedding_layers=False: with a LoRA on the unembedding, peft would otherwise add
+        # the frozen base lm_head (vocabulary x hidden) to every checkpoint and sampler snapshot.
+        state = get_peft_model_state_dict(self._peft, adapter_name=name, save_embedding_layers=False)
+        return {k: v.detach().clone() for k, v in state.items()}
 
     def snapshot_for_sampling(self, source: str, name: str) -> None:
         """Copy a training adapter into a frozen sampler adapter (current weights)."""
@@ -388,13 +391,6 @@ class Engine:
         }
 
     def eos_token_ids(self) -> set[int]:
-        """End-of-sequence ids: the generation config's and the tokenizer's."""
-        ids: set[int] = set()
-        eos = getattr(getattr(self.base, "generation_config", None), "eos_token_id", None)
-        if isinstance(eos, int):
-            ids.add(eos)
-        elif isinstance(eos, list):
-            ids.update(int(i) for i in eos)
-        if self.tokenizer.eos_token_id is not None:
-            ids.add(int(self.tokenizer.eos_token_id))
-        return ids
+        """Where a sample ends when the client names no stop: the served tokenizer's stop ids
+        (the generation config's and the tokenizer's eos; a tml family's renderer stop ids)."""
+        return set(self.tokenizer.stop_token_ids)

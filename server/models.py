@@ -1,6 +1,6 @@
 """Getting a local Hugging Face model directory for the server to load.
 
-Three sources, all offline:
+Four sources, all offline:
 
 - ``tiny``: a random Llama of about 200k parameters with a real byte-level BPE tokenizer
   (trained here on a small built-in corpus) and a ChatML chat template. It is built
@@ -10,7 +10,12 @@ Three sources, all offline:
   transformers dequantises GGUF on every load (15-20 s) and refuses to ``save_pretrained`` a
   model loaded that way, so the weights are copied into a fresh model built from the config
   and saved once as an ordinary checkpoint, which then loads in well under a second.
+- ``tiny-<family>`` (``tiny-qwen3``, ``tiny-qwen35``, ``tiny-nemotron3``, ``tiny-gpt-oss``,
+  ``tiny-deepseek``, ``tiny-llama3``): a tiny random model with a real family's vocabulary,
+  special tokens and format, serving only that family's base models (:mod:`.family_models`).
 - a path: any local Hugging Face model directory.
+
+What the service reports to clients about the model follows from :class:`PreparedModel`.
 
 Built models live under the cache directory (``$RTC_CACHE_DIR`` or ``~/.cache/rtc``) in
 ``models/``. Each is written to a temporary directory and renamed into place, so a build
@@ -24,11 +29,15 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .family_models import FAMILY_MODELS, FamilyModel, build_family_model, cache_name
+
 TINY_NAME = "tiny"
 SMOLLM2_NAME = "smollm2"
+SMOLLM2_HUB_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
 # Bump when the tiny recipe changes, so stale caches are not reused.
 TINY_VERSION = "v1"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -42,7 +51,7 @@ CHATML_TEMPLATE = (
 
 # Enough varied English, code, numbers and chat structure for a few hundred BPE merges.
 # Byte-level BPE keeps every byte in the base alphabet, so any text still encodes.
-_TINY_CORPUS = """\
+TINY_CORPUS = """\
 The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with one step.
 What is 2 + 2? The answer is 4. What is 12 * 7? The answer is 84. Compute 3 + 5 = 8.
 Question: What is the capital of France? Answer: Paris.
@@ -71,10 +80,21 @@ class ModelPreparationError(Exception):
 
 @dataclass(frozen=True)
 class PreparedModel:
-    """A local model directory and a human description for the start-up banner."""
+    """A local model directory, what the start-up banner calls it, and who it is.
+
+    ``name`` is the model's own name (``HuggingFaceTB/SmolLM2-135M-Instruct``, ``rtc/tiny``, a
+    directory), which the service reports for models that serve any requested name. ``family``
+    is set for ``tiny-<family>`` models, which serve only their family's names.
+    """
 
     path: Path
     description: str
+    name: str
+    family: FamilyModel | None = None
+
+    def refusal(self, base_model: str) -> str | None:
+        """Why this model will not serve ``base_model`` (with what to do instead); None if it will."""
+        return self.family.refusal(base_model) if self.family is not None else None
 
 
 def cache_dir() -> Path:
@@ -88,9 +108,10 @@ def cache_dir() -> Path:
 
 
 def prepare_model(name: str) -> Path:
-    """Return a local Hugging Face directory (model + tokenizer) for ``name``.
+    """Return a local Hugging Face model directory (with its tokenizer, or for a tml family the
+    ``rtc_family.json`` that names it) for ``name``.
 
-    ``name`` is ``tiny``, ``smollm2`` or a path to an existing model directory.
+    ``name`` is ``tiny``, ``smollm2``, a ``tiny-<family>`` name or a path to a model directory.
     Builds and caches the model on first use.
     """
     return prepare(name).path
@@ -99,17 +120,20 @@ def prepare_model(name: str) -> Path:
 def prepare(name: str) -> PreparedModel:
     """Like :func:`prepare_model`, with a description of what was prepared."""
     if name == TINY_NAME:
-        return PreparedModel(_ensure_tiny(), f"tiny test model ({TINY_VERSION})")
+        return PreparedModel(_ensure_tiny(), f"tiny test model ({TINY_VERSION})", "rtc/tiny")
     if name == SMOLLM2_NAME:
-        return PreparedModel(_ensure_smollm2(), "SmolLM2-135M-Instruct")
+        return PreparedModel(_ensure_smollm2(), "SmolLM2-135M-Instruct", SMOLLM2_HUB_NAME)
+    spec = FAMILY_MODELS.get(name)
+    if spec is not None:
+        path = _ensure_built(cache_name(spec), lambda out: build_family_model(spec, out))
+        return PreparedModel(path, f"{spec.name} (random weights, {spec.label})", spec.name, spec)
     path = Path(name).expanduser()
     if not path.is_dir():
-        raise ModelPreparationError(
-            f"model {name!r} is neither 'tiny', 'smollm2' nor a local model directory"
-        )
+        names = ", ".join(repr(n) for n in (TINY_NAME, SMOLLM2_NAME, *FAMILY_MODELS))
+        raise ModelPreparationError(f"model {name!r} is none of {names} nor a local model directory")
     if not (path / "config.json").is_file():
         raise ModelPreparationError(f"{path} has no config.json; is it a Hugging Face model directory?")
-    return PreparedModel(path.resolve(), f"model from {path.resolve()}")
+    return PreparedModel(path.resolve(), f"model from {path.resolve()}", str(path.resolve()))
 
 
 def _models_dir() -> Path:
@@ -129,17 +153,22 @@ def _publish(build_dir: Path, final: Path) -> Path:
     return final
 
 
-def _ensure_tiny() -> Path:
-    final = _models_dir() / f"tiny-{TINY_VERSION}"
+def _ensure_built(dir_name: str, build: Callable[[Path], None]) -> Path:
+    """The cached model ``dir_name``, built with ``build(out_dir)`` on first use."""
+    final = _models_dir() / dir_name
     if (final / "config.json").is_file():
         return final
-    build_dir = Path(tempfile.mkdtemp(prefix=".tiny-build-", dir=final.parent))
+    build_dir = Path(tempfile.mkdtemp(prefix=f".{dir_name}-build-", dir=final.parent))
     try:
-        build_tiny(build_dir)
+        build(build_dir)
     except BaseException:
         shutil.rmtree(build_dir, ignore_errors=True)
         raise
     return _publish(build_dir, final)
+
+
+def _ensure_tiny() -> Path:
+    return _ensure_built(f"tiny-{TINY_VERSION}", build_tiny)
 
 
 def build_tiny(out_dir: Path) -> None:
@@ -159,7 +188,7 @@ def build_tiny(out_dir: Path) -> None:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    bpe.train_from_iterator(_TINY_CORPUS.splitlines(), trainer=trainer)
+    bpe.train_from_iterator(TINY_CORPUS.splitlines(), trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=bpe,
         bos_token=None,

@@ -24,6 +24,7 @@ from fastapi import HTTPException
 from .engine import Engine, EngineUserError
 from .futures import FutureStore, OrderedLane, Outcome
 from .losses import LossInputError
+from .models import PreparedModel
 from .protocol import ProtocolError, expect
 from .state import CheckpointNotFoundError, CheckpointPathError, CheckpointStore
 
@@ -42,6 +43,8 @@ class ServerOptions:
     state_dir: Path
     api_key: str | None = None
     latency_ms: float = 0.0
+    # Who the model is (its own name, its family); None: a directory, named by its path.
+    model: PreparedModel | None = None
 
 
 @dataclass
@@ -97,12 +100,41 @@ def tokenizer_location(model_dir: Path) -> str:
     return text
 
 
+def reported_model(model: PreparedModel, base_model: str) -> tuple[str, str]:
+    """What ``get_info`` says a training client of ``base_model`` trains: (model_name, tokenizer_id).
+
+    A loop picks its chat format from ``model_name`` and ``get_tokenizer()`` loads ``tokenizer_id``.
+
+    - A model that serves any name (``tiny``, ``smollm2``, a directory) reports its own name
+      (``HuggingFaceTB/SmolLM2-135M-Instruct``), never the requested one: its tokenizer is not the
+      requested family's, so a loop must use the served tokenizer's own chat template, not the
+      card's family format. ``tokenizer_id`` is the local directory, so ``get_tokenizer()``
+      works offline.
+    - A family model reports the requested name: its vocabulary and special tokens are that
+      family's. ``tiny-llama3`` reports its local tokenizer directory (loaded offline). A tml
+      family (``tiny-qwen3``, ...) reports the requested name, as the hosted service does: its
+      model directory holds no Hugging Face tokenizer (tml-renderers' tokenizers are native code,
+      and the Hugging Face one cannot be downloaded here), so ``get_tokenizer()`` works only
+      where the hub is reachable, and then gives the same ids; loops for these families tokenize
+      with tml-renderers and never call it.
+    """
+    family = model.family
+    if family is None:
+        return model.name, tokenizer_location(model.path)
+    if family.tokenizer is None:
+        return base_model, tokenizer_location(model.path)
+    return base_model, base_model
+
+
 class TinkerService:
     """Sessions, training clients, samplers and futures; all methods run on the event loop."""
 
     def __init__(self, engine: Engine, options: ServerOptions):
         self.engine = engine
         self.options = options
+        self.model = options.model or PreparedModel(
+            options.model_dir, options.model_description, str(options.model_dir)
+        )
         self.store = CheckpointStore(options.state_dir)
         self.futures = FutureStore()
         self.sessions: dict[str, Session] = {}
@@ -210,11 +242,40 @@ class TinkerService:
         return f"{prefix}{next(self._names)}"
 
     def announce(self, base_model: str) -> None:
+        """Accept a requested base model, or refuse it (400) when a family model cannot serve it.
+
+        A model that serves any name says once in the log which local model serves it.
+        """
+        refusal = self.model.refusal(base_model)
+        if refusal is not None:
+            raise HTTPException(400, refusal)
         if base_model not in self._announced:
             self._announced.add(base_model)
             log.info(
                 "base_model %r is served by the local model: %s", base_model, self.options.model_description
             )
+
+    def supported_models(self) -> list[str]:
+        """The names ``get_server_capabilities`` lists: a family model's catalog names, else its own."""
+        if self.model.family is not None:
+            return self.model.family.served_names()
+        return [self.model.name]
+
+    def sampler_base_model(self, sampler: Sampler) -> str:
+        """What ``GET samplers/{id}`` reports as ``base_model`` (the SDK asks for a sampler made
+        from a ``model_path``; ``SamplingClient.get_base_model()`` returns it and
+        ``get_tokenizer()`` loads it).
+
+        A family model names the sampler's base model (from its checkpoint), as ``get_info``
+        does: a sampler of the current weights gets that name from ``get_info`` anyway. A model
+        that serves any name gives its local directory, so ``get_tokenizer()`` works offline.
+        """
+        if self.model.family is None:
+            return tokenizer_location(self.model.path)
+        if sampler.model_path is None:
+            return sampler.base_model
+        directory = self.store.existing(sampler.model_path)
+        return str(self.engine.checkpoint_info(directory).get("base_model") or sampler.base_model)
 
     def session(self, session_id: Any) -> Session:
         session_id = expect(session_id, str, "session_id")
@@ -269,15 +330,12 @@ class TinkerService:
         self.runs[run.model_id] = run
 
     def training_info(self, run: TrainingRun) -> dict[str, Any]:
+        model_name, tokenizer_id = reported_model(self.model, run.base_model)
         return {
             "type": "get_info",
             "model_id": run.model_id,
-            "model_name": run.base_model,
+            "model_name": model_name,
             "is_lora": True,
             "lora_rank": run.rank,
-            "model_data": {
-                "model_name": run.base_model,
-                "arch": self.engine.arch,
-                "tokenizer_id": tokenizer_location(self.options.model_dir),
-            },
+            "model_data": {"model_name": model_name, "arch": self.engine.arch, "tokenizer_id": tokenizer_id},
         }

@@ -26,15 +26,15 @@ class RunningServer:
     output: list[str]
 
 
-def start_server(state_dir: Path, *extra: str) -> RunningServer:
-    """Start ``python -m server --model tiny --port 0`` and wait for its banner."""
+def start_server(state_dir: Path, *extra: str, model: str = "tiny") -> RunningServer:
+    """Start ``python -m rtc.server --model MODEL --port 0`` and wait for its banner."""
     process = subprocess.Popen(
         [
             sys.executable,
             "-m",
             "rtc.server",
             "--model",
-            "tiny",
+            model,
             "--port",
             "0",
             "--state-dir",
