@@ -21,7 +21,7 @@ def rtc(*args: object, cwd) -> subprocess.CompletedProcess:
 
 def server_processes() -> set[str]:
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return {line.split()[0] for line in out.splitlines() if "-m server --port 0 --model tiny" in line}
+    return {line.split()[0] for line in out.splitlines() if "-m rtc.server --port 0 --model tiny" in line}
 
 
 def test_rtc_run_trains_then_stops_its_server_and_plot_draws_the_curves(server, tmp_path):
@@ -55,6 +55,40 @@ def test_rtc_run_trains_then_stops_its_server_and_plot_draws_the_curves(server, 
     assert plotted.returncode == 0, plotted.stderr
     assert plotted.stdout.strip() == f"wrote {tmp_path / 'curves.png'} (loss)"
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+PROBE = """
+import os
+import pathlib
+
+import httpx
+
+url, key = os.environ["TINKER_BASE_URL"], os.environ["TINKER_API_KEY"]
+health = url + "/api/v1/healthz"
+assert key.startswith("tml-") and key != "tml-local" and len(key) > 40, key
+assert httpx.get(health, headers={"X-API-Key": key}).status_code == 200
+assert httpx.get(health, headers={"X-API-Key": "tml-local"}).status_code == 401
+for cmdline in pathlib.Path("/proc").glob("[0-9]*/cmdline"):
+    try:
+        seen = cmdline.read_bytes()
+    except OSError:
+        continue
+    assert key.encode() not in seen, f"the key is on the command line of {cmdline.parent.name}"
+pathlib.Path("key.txt").write_text(key)
+"""
+
+
+def test_rtc_run_gives_the_loop_a_fresh_key_through_the_environment(tmp_path):
+    """The server of `rtc run` used to take every request: code that found its port could drive it."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    first = rtc("run", "--model", "tiny", probe, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    key = (tmp_path / "key.txt").read_text()
+    assert rtc("run", "--model", "tiny", probe, cwd=tmp_path).returncode == 0
+    assert (tmp_path / "key.txt").read_text() != key  # a new key for every run
+    log = (tmp_path / "runs" / "rtc-serve.log").read_text()
+    assert "TINKER_API_KEY=<key>" in log and key not in log + first.stderr  # shown redacted
 
 
 def test_rtc_run_returns_the_loops_exit_status(tmp_path):
