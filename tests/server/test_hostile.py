@@ -494,3 +494,46 @@ def test_a_failed_load_frees_what_it_allocated(tiny_dir, tmp_path):
         service.close()
     assert "no optimizer state" in error
     assert after == before
+
+
+def test_queued_work_of_a_finished_session_is_dropped_not_run(tiny_dir, tmp_path, sentence):
+    import asyncio
+    import threading
+
+    from rtc.server import protocol, requests
+    from rtc.server.engine import Engine
+    from rtc.server.service import ServerOptions, TinkerService
+
+    engine = Engine(tiny_dir, threads=1)
+    service = TinkerService(engine, ServerOptions(tiny_dir, "tiny", tmp_path))
+
+    async def scenario() -> tuple[str | None, str | None]:
+        session = service.create_session()
+        lora = requests.LoraConfig(rank=1, seed=0)
+        created = service.create_model(
+            requests.CreateModel(session_id=session, model_seq_id=0, base_model=BASE, lora_config=lora)
+        )
+        await service.futures.wait(created["request_id"], timeout=60)
+        model_id = created["model_id"]
+        gate = threading.Event()
+        busy = asyncio.ensure_future(service.on_engine(gate.wait))  # another client's long request
+        datum = next_token_datum(sentence)
+        replies = [
+            service.forward_backward(protocol.decode_forward_backward(fb_body(model_id, seq, [datum])))
+            for seq in (1, 2)
+        ]
+        await asyncio.sleep(0.05)
+        finishing = asyncio.ensure_future(service.finish_session(session))
+        await asyncio.sleep(0.05)
+        gate.set()
+        await busy
+        await finishing
+        outcomes = [await service.futures.wait(r["request_id"], timeout=60) for r in replies]
+        return outcomes[0].error, outcomes[1].error
+
+    try:
+        first, second = asyncio.run(scenario())
+    finally:
+        service.close()
+    assert first is None  # already on the engine when the session finished
+    assert second is not None and second.endswith("has finished; its queued work was dropped")
