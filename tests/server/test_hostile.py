@@ -80,9 +80,9 @@ def result(http, request_id: str) -> httpx.Response:
     return http.post("/api/v1/retrieve_future", json={"request_id": request_id})
 
 
-def fb_body(model_id: str, seq_id: int, datums: list[types.Datum]) -> bytes:
+def fb_body(model_id: str, seq_id: int, datums: list[types.Datum], loss_fn: str = "cross_entropy") -> bytes:
     request = types.ForwardBackwardRequest(
-        forward_backward_input=types.ForwardBackwardInput(data=datums, loss_fn="cross_entropy"),
+        forward_backward_input=types.ForwardBackwardInput(data=datums, loss_fn=loss_fn),
         model_id=model_id,
         seq_id=seq_id,
     )
@@ -399,9 +399,11 @@ def test_non_finite_and_overflowing_numbers_are_400s(http, endpoint, change, fie
 
 def test_a_non_finite_loss_config_is_a_400(sdk, http, sentence):
     client = sdk().create_lora_training_client(base_model=BASE, rank=1).result()
+    zeros = [0.0] * (len(sentence) - 1)
+    datum = next_token_datum(sentence, logprobs=zeros, advantages=[1.0] * len(zeros))
     message = pb.ForwardBackwardRequest()
-    message.ParseFromString(fb_body(client.model_id, 1, [next_token_datum(sentence)]))
-    message.loss_fn_config["clip_low_threshold"] = math.nan
+    message.ParseFromString(fb_body(client.model_id, 1, [datum], "ppo"))
+    message.loss_fn_config["clip_high_threshold"] = math.inf
     response = http.post("/api/v1/forward_backward", content=message.SerializeToString(), headers=PROTOBUF)
     assert response.status_code == 400 and "finite" in response.json()["detail"]
 
