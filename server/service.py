@@ -160,6 +160,7 @@ class TinkerService:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rtc-engine")
         self._names = itertools.count(1)
         self._announced: set[str] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
 
     # ----- the engine thread --------------------------------------------------------------
 
@@ -195,7 +196,7 @@ class TinkerService:
         work: Callable[[], Outcome],
         settle: Callable[[], None] | None = None,
     ) -> None:
-        """Run ``work`` unless its session has gone; resolve the future; then ``settle``."""
+        """Run ``work`` unless its session has gone, ``settle`` whatever happened, resolve."""
         try:
             session = self.sessions.get(session_id)
             if session is None or session.finished:
@@ -204,8 +205,6 @@ class TinkerService:
                 )
             else:
                 outcome = await self.on_engine(self._outcome_of(work))
-            if settle is not None:
-                settle()
             if outcome.then is not None and outcome.error is None:
                 pending = outcome.then()
                 if inspect.isawaitable(pending):
@@ -213,7 +212,16 @@ class TinkerService:
         except Exception as error:  # bookkeeping failed: still answer the future
             log.exception("request %s failed", request_id)
             outcome = Outcome(error=f"{type(error).__name__}: {error}", category="server")
+        finally:
+            if settle is not None:
+                settle()
         self.futures.resolve(request_id, outcome)
+
+    def _background(self, coroutine: Any) -> None:
+        """Run ``coroutine`` as a task the event loop keeps a reference to until it is done."""
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _queue_slot(self, session: Session) -> None:
         if self.futures.pending(session.session_id) >= MAX_QUEUED_PER_SESSION:
@@ -233,8 +241,7 @@ class TinkerService:
                 settle()
             raise
         request_id = self.futures.create(session.session_id)
-        task = self._finish(request_id, session.session_id, work, settle)
-        asyncio.get_running_loop().create_task(task)
+        self._background(self._finish(request_id, session.session_id, work, settle))
         return request_id
 
     def _submit_training(
@@ -361,7 +368,7 @@ class TinkerService:
     def _free_adapter_later(self, adapter: str | None) -> None:
         if adapter is not None:
             # The engine thread runs jobs in order, so the adapter is gone before later work.
-            asyncio.get_running_loop().create_task(self.on_engine(self.engine.delete_adapter, adapter))
+            self._background(self.on_engine(self.engine.delete_adapter, adapter))
 
     def _adapter_name(self, prefix: str) -> str:
         """An engine-internal adapter name; never shown to clients."""
