@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -19,13 +20,22 @@ def rtc(*args: object, cwd) -> subprocess.CompletedProcess:
     )
 
 
-def server_processes() -> set[str]:
+def server_processes(cwd) -> set[str]:
+    """Servers started by an `rtc run` in ``cwd`` (other tests on the machine start their own)."""
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return {line.split()[0] for line in out.splitlines() if "-m rtc.server --port 0 --model tiny" in line}
+    found = set()
+    for line in out.splitlines():
+        if "-m rtc.server --port 0 --model tiny" in line:
+            pid = line.split()[0]
+            try:
+                if os.readlink(f"/proc/{pid}/cwd") == str(cwd):
+                    found.add(pid)
+            except OSError:
+                continue
+    return found
 
 
 def test_rtc_run_trains_then_stops_its_server_and_plot_draws_the_curves(server, tmp_path):
-    before = server_processes()
     result = rtc(
         "run",
         "--model",
@@ -47,7 +57,7 @@ def test_rtc_run_trains_then_stops_its_server_and_plot_draws_the_curves(server, 
     )
     assert result.returncode == 0, result.stderr
     assert "rtc run:" in result.stderr and "step    2 | loss" in result.stdout
-    assert server_processes() == before  # the server it started is gone
+    assert server_processes(tmp_path) == set()  # the server it started is gone
     assert (tmp_path / "runs" / "rtc-serve.log").read_text().strip()
 
     metrics = tmp_path / "runs" / "sft-chat-qwen3" / "metrics.jsonl"
@@ -116,10 +126,8 @@ def test_plot_panels_follow_the_metrics_present(tmp_path):
 def test_ctrl_c_under_rtc_run_reaches_the_loop_not_the_server(server, tmp_path):
     """A terminal's Ctrl-C signals the whole foreground group: the loop must still find the server
     up to save its checkpoint, and rtc run must return the loop's status."""
-    import os
     import signal
 
-    before = server_processes()
     process = subprocess.Popen(
         [
             sys.executable,
@@ -152,6 +160,7 @@ def test_ctrl_c_under_rtc_run_reaches_the_loop_not_the_server(server, tmp_path):
         for line in process.stdout:
             if line.startswith("step    2"):
                 break
+        assert len(server_processes(tmp_path)) == 1  # its server, found by the pattern used below
         os.killpg(process.pid, signal.SIGINT)
         out, err = process.communicate(timeout=120)
     finally:
@@ -160,7 +169,7 @@ def test_ctrl_c_under_rtc_run_reaches_the_loop_not_the_server(server, tmp_path):
     assert process.returncode == 130, err
     checkpoints = (tmp_path / "runs" / "sft-chat-qwen3" / "checkpoints.jsonl").read_text().splitlines()
     assert len(checkpoints) == 1  # saved through the server, which the signal did not reach
-    assert server_processes() == before
+    assert server_processes(tmp_path) == set()
 
 
 def test_rtc_serve_help_comes_from_the_server(tmp_path):
