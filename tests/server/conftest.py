@@ -21,8 +21,9 @@ tinker = pytest.importorskip("tinker")
 # sys.path; the tests here share helpers through tiny_kit.py next to this file.
 sys.path.insert(0, str(Path(__file__).parent))
 
-from rtc.server.models import prepare_model  # noqa: E402
 from tiny_kit import ROOMY, RunningServer, start_server, stop_server  # noqa: E402
+
+from rtc.server.models import prepare_model  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ import asyncio
 import time
 
 import httpx
+
 from rtc.server import futures
 from rtc.server.futures import FutureStore, OrderedLane, Outcome
 
