@@ -16,9 +16,10 @@ request can prove is that it holds an id, so ids are capabilities:
 
 - Every id the server gives out holds 128 random bits from :mod:`secrets`: sessions
   (``rtc-...``), requests (``req-...``), samplers (``smp-...``) and the run id inside each
-  ``tinker://`` path (``run-...``). Each is handed only to the session that created the object,
-  in the reply to that session's own request; nothing lists sessions, models or futures, and no
-  reply names another session's object. Holding an id is the proof of having been given it.
+  ``tinker://`` path (``rtc-run-...``; ``rtc export`` knows local checkpoints by ``rtc-``).
+  Each is handed only to the session that created the object, in the reply to that session's
+  own request; nothing lists sessions, models or futures, and no reply names another
+  session's object. Holding an id is the proof of having been given it.
 - A model id is ``<session id>:train:<n>``, because the SDK derives it that way for
   ``load_weights``; it is exactly as unguessable as the session id in it.
 - A checkpoint path carries its own random run id, never the session or model id, so a path
@@ -106,7 +107,7 @@ class TrainingRun:
     adapter: str
     rank: int
     # The directory its checkpoints go under: random, so a tinker:// path names nothing else.
-    run_id: str = field(default_factory=lambda: new_id("run-"))
+    run_id: str = field(default_factory=lambda: new_id("rtc-run-"))
     lane: OrderedLane = field(default_factory=OrderedLane)
 
 
