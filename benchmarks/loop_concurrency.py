@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rtc.runner import start_server, stop_server  # noqa: E402
+from rtc.runner import new_api_key, start_server, stop_server  # noqa: E402
 
 
 async def one_step(sampler, prompts, params, group: int, concurrent: bool) -> float:
@@ -71,8 +71,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--reps", type=int, default=6)
     args = parser.parse_args()
-    process, url = start_server("tiny", latency_ms=args.latency_ms)
-    os.environ.update(TINKER_BASE_URL=url, TINKER_API_KEY="tml-local")
+    key = new_api_key()
+    process, url = start_server("tiny", latency_ms=args.latency_ms, api_key=key)
+    os.environ.update(TINKER_BASE_URL=url, TINKER_API_KEY=key)
     try:
         times = asyncio.run(measure(args))
     finally:

@@ -40,7 +40,10 @@ sys.path.insert(0, str(REPO))
 def start_server(model: str, state_dir: str, threads: int, latency_ms: float) -> tuple[subprocess.Popen, str]:
     command = [sys.executable, "-m", "rtc.server", "--model", model, "--port", "0", "--state-dir", state_dir]
     command += ["--threads", str(threads), "--latency-ms", str(latency_ms), "--quiet"]
-    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = {**os.environ, "RTC_SERVE_API_KEY": "tml-local"}  # the key the clients below send
+    process = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     found: dict[str, str] = {}
     ready = threading.Event()
 

@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rtc.runner import start_server, stop_server  # noqa: E402
+from rtc.runner import new_api_key, start_server, stop_server  # noqa: E402
 
 SAMPLES = 2  # per held-out prompt and per model
 
@@ -81,8 +81,9 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    process, url = start_server("smollm2")
-    os.environ.update(TINKER_BASE_URL=url, TINKER_API_KEY="tml-local")
+    key = new_api_key()
+    process, url = start_server("smollm2", api_key=key)
+    os.environ.update(TINKER_BASE_URL=url, TINKER_API_KEY=key)
     try:
         asyncio.run(main())
     finally:

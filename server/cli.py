@@ -1,7 +1,12 @@
 """``rtc serve``: start the local Tinker-compatible server.
 
 The banner printed once the socket listens is part of the interface: other tools start the
-server as a subprocess and read ``TINKER_BASE_URL=...`` from its stdout.
+server as a subprocess and read ``TINKER_BASE_URL=...`` and ``TINKER_API_KEY=...`` from its
+stdout.
+
+The server always has a key. Without ``--api-key`` (or ``$RTC_SERVE_API_KEY``, which keeps it out
+of the process list that every user can read) it makes a random one and prints it, the way
+notebook servers print a token. Listening anywhere but loopback needs a key given on purpose.
 """
 
 from __future__ import annotations
@@ -9,11 +14,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
+import ipaddress
 import logging
+import os
+import secrets
 import signal
 import socket
 import sys
 from pathlib import Path
+
+from .limits import MIB, Limits
+
+KEY_ENV = "RTC_SERVE_API_KEY"
+KEY_PREFIX = "tml-"  # the SDK refuses keys without it
+MIN_PUBLIC_KEY_CHARS = 16  # after the prefix, for a server others can reach
 
 EXAMPLE = """\
 models:
@@ -34,7 +48,7 @@ example:
   rtc serve --model tiny-qwen3
   # then, in another terminal, with the two lines it prints:
   export TINKER_BASE_URL=http://127.0.0.1:8000
-  export TINKER_API_KEY=tml-local
+  export TINKER_API_KEY=tml-...
   python loop.py --data d.jsonl
 """
 
@@ -52,7 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default: %(default)s); any other than loopback needs --api-key",
+    )
     parser.add_argument(
         "--port", type=int, default=8000, help="port; 0 picks a free one (default: %(default)s)"
     )
@@ -68,7 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="where tinker:// checkpoints are stored (default: ~/.cache/rtc/serve-state)",
     )
-    parser.add_argument("--api-key", default=None, help="refuse requests whose X-API-Key differs (401)")
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        help=f"refuse requests whose X-API-Key differs (401); default: ${KEY_ENV}, else a new random key",
+    )
     parser.add_argument(
         "--latency-ms",
         type=float,
@@ -82,7 +104,97 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="server log level"
     )
     parser.add_argument("--quiet", action="store_true", help="same as --log-level warning")
+    defaults = Limits()
+    limits = parser.add_argument_group("limits (a request over one gets a 4xx naming the flag)")
+    limits.add_argument(
+        "--max-body-mb",
+        type=int,
+        default=defaults.max_body_bytes // MIB,
+        help="largest request body (default: %(default)s)",
+    )
+    limits.add_argument(
+        "--max-inflated-mb",
+        type=int,
+        default=defaults.max_inflated_bytes // MIB,
+        help="largest size a compressed body may inflate to (default: %(default)s)",
+    )
+    limits.add_argument(
+        "--max-request-tokens",
+        type=int,
+        default=defaults.max_request_tokens,
+        help="most tokens in one forward_backward or sampling prompt (default: %(default)s)",
+    )
+    limits.add_argument(
+        "--max-sample-tokens",
+        type=int,
+        default=defaults.max_sample_tokens,
+        help="most num_samples x max_tokens in one sample request (default: %(default)s)",
+    )
+    limits.add_argument(
+        "--max-adapters-per-session",
+        type=int,
+        default=defaults.max_adapters_per_session,
+        help="training clients + sampler weights one session may hold (default: %(default)s)",
+    )
+    limits.add_argument(
+        "--max-adapters",
+        type=int,
+        default=defaults.max_adapters,
+        help="training clients + sampler weights all sessions may hold (default: %(default)s)",
+    )
     return parser
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 and ``localhost``; the empty host means every interface."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_key(key: str | None, host: str) -> str | None:
+    """The reason ``key`` cannot serve ``host``, or ``None``."""
+    if key is None:
+        if is_loopback(host):
+            return None
+        shown = repr(host) if host else "'' (every interface)"
+        return (
+            f"--host {shown} is reachable from other machines; give a key with --api-key or "
+            f"${KEY_ENV} (a random one is only made for loopback hosts)"
+        )
+    if not key.startswith(KEY_PREFIX):
+        return f"the API key must start with {KEY_PREFIX!r}: the Tinker SDK sends no other"
+    if not key.isascii() or not key.isprintable() or " " in key:
+        return "the API key must be printable ASCII without spaces"
+    if not is_loopback(host) and len(key) - len(KEY_PREFIX) < MIN_PUBLIC_KEY_CHARS:
+        return (
+            f"a key for a host other machines can reach needs at least {MIN_PUBLIC_KEY_CHARS} "
+            f"characters after {KEY_PREFIX!r}"
+        )
+    return None
+
+
+def shown_url(host: str, port: int) -> str:
+    """The URL a client on this machine uses: loopback for a host that means every interface."""
+    if host in ("", "0.0.0.0"):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def limits_from(args: argparse.Namespace) -> Limits:
+    return Limits(
+        max_body_bytes=args.max_body_mb * MIB,
+        max_inflated_bytes=args.max_inflated_mb * MIB,
+        max_request_tokens=args.max_request_tokens,
+        max_sample_tokens=args.max_sample_tokens,
+        max_adapters_per_session=args.max_adapters_per_session,
+        max_adapters=args.max_adapters,
+    )
 
 
 def _quiet_exit_server():
@@ -130,6 +242,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.latency_ms < 0:
         print("Error: --latency-ms must be >= 0", file=sys.stderr)
         return 2
+    api_key = args.api_key if args.api_key is not None else os.environ.get(KEY_ENV) or None
+    problem = check_key(api_key, args.host)
+    if problem is None:
+        try:
+            limits = limits_from(args)
+            limits.check()
+        except ValueError as error:
+            problem = str(error)
+    if problem is not None:
+        print(f"Error: {problem}", file=sys.stderr)
+        return 2
+    generated = api_key is None
+    if generated:
+        api_key = KEY_PREFIX + secrets.token_urlsafe(32)
 
     try:
         sock = _bind(args.host, args.port)
@@ -164,15 +290,16 @@ def main(argv: list[str] | None = None) -> int:
     options = ServerOptions(
         model_dir=prepared.path,
         model_description=prepared.description,
-        state_dir=state_dir,
-        api_key=args.api_key,
-        latency_ms=args.latency_ms,
         model=prepared,
+        state_dir=state_dir,
+        api_key=api_key,
+        latency_ms=args.latency_ms,
+        limits=limits,
     )
     service = TinkerService(engine, options)
     app = create_app(service)
     port = sock.getsockname()[1]
-    shown_host = f"[{args.host}]" if ":" in args.host else args.host
+    url = shown_url(args.host, port)
 
     config = uvicorn.Config(
         app, log_level="warning" if level == "info" else level, timeout_graceful_shutdown=3, access_log=False
@@ -184,9 +311,14 @@ def main(argv: list[str] | None = None) -> int:
         while not server.started and not task.done():
             await asyncio.sleep(0.02)
         if server.started:
-            print(f"rtc serve: {prepared.description} ready on http://{shown_host}:{port}")
-            print(f"  export TINKER_BASE_URL=http://{shown_host}:{port}")
-            print("  export TINKER_API_KEY=" + (args.api_key or "tml-local"))
+            print(f"rtc serve: {prepared.description} ready on {url}")
+            if not is_loopback(args.host):
+                where = args.host or "every interface"
+                print(f"  listening on {where}, port {port}: reachable from other machines")
+            if generated:
+                print("  a random API key was made for this run (give one with --api-key to keep it)")
+            print(f"  export TINKER_BASE_URL={url}")
+            print(f"  export TINKER_API_KEY={api_key}")
             sys.stdout.flush()
         await task
 

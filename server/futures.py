@@ -10,12 +10,19 @@ chunks of a large ``forward_backward`` in parallel, so they may arrive shuffled.
 has an :class:`OrderedLane`: work waits until every lower ``seq_id`` has run. A ``seq_id`` that
 never arrives (a client that gave up on a request) is skipped after :data:`GAP_WAIT_S`, so a
 lost request delays a client instead of wedging it.
+
+Request ids are 128 random bits (:func:`secrets.token_hex`), and each future records the
+session it belongs to: a request id is the only thing ``retrieve_future`` is given, so it must
+not be guessable (ids used to be ``req-1``, ``req-2``, ..., and any client could read any
+other's results). A result is serialised once, when it is ready; one that cannot be (a metric
+that came out NaN) becomes an error result instead of failing every poll.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
+import json
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -36,35 +43,63 @@ class Outcome:
     category: str = "server"  # "user" for errors caused by the request
     # Bookkeeping to run on the event loop once the engine is done (registering a new client
     # or sampler), so the registries are only ever touched from one thread.
-    then: Callable[[], None] | None = None
+    then: Callable[[], Any] | None = None
+    body: bytes | None = None  # the JSON, serialised by sealed()
+
+    def sealed(self) -> Outcome:
+        """This outcome with its JSON serialised now, or an error outcome if it cannot be.
+
+        Starlette refuses NaN and infinity in JSON; finding that out on every poll would answer
+        each one with a 500, which the SDK retries until it gives up.
+        """
+        if self.json is None or self.error is not None:
+            return self
+        try:
+            body = json.dumps(self.json, allow_nan=False, separators=(",", ":")).encode()
+        except (ValueError, TypeError) as error:
+            return Outcome(
+                error=f"the result could not be encoded as JSON ({error}); "
+                "a non-finite number usually means the weights diverged (learning rate too high?)",
+                category="server",
+            )
+        return Outcome(json=self.json, body=body)
 
 
 @dataclass
 class _Entry:
     future: asyncio.Future[Outcome]
+    owner: str
     created: float = field(default_factory=time.monotonic)
 
 
 class FutureStore:
-    """Request ids and their outcomes; lives on the event loop."""
+    """Request ids, the session each belongs to, and their outcomes; lives on the event loop."""
 
     def __init__(self) -> None:
         self._entries: dict[str, _Entry] = {}
-        self._counter = itertools.count(1)
 
-    def create(self) -> str:
+    def create(self, owner: str) -> str:
         self._forget_old()
-        request_id = f"req-{next(self._counter)}"
-        self._entries[request_id] = _Entry(asyncio.get_running_loop().create_future())
+        request_id = f"req-{secrets.token_hex(16)}"
+        self._entries[request_id] = _Entry(asyncio.get_running_loop().create_future(), owner)
         return request_id
 
     def resolve(self, request_id: str, outcome: Outcome) -> None:
         entry = self._entries.get(request_id)
         if entry is not None and not entry.future.done():
-            entry.future.set_result(outcome)
+            entry.future.set_result(outcome.sealed())
 
     def known(self, request_id: str) -> bool:
         return request_id in self._entries
+
+    def pending(self, owner: str) -> int:
+        """How many of ``owner``'s requests are not done yet."""
+        return sum(1 for e in self._entries.values() if e.owner == owner and not e.future.done())
+
+    def forget(self, owner: str) -> None:
+        """Drop every finished result of ``owner`` (a session that finished)."""
+        for request_id in [r for r, e in self._entries.items() if e.owner == owner and e.future.done()]:
+            del self._entries[request_id]
 
     async def wait(self, request_id: str, timeout: float = LONG_POLL_S) -> Outcome | None:
         """The outcome, or ``None`` if it is not ready within ``timeout`` seconds."""

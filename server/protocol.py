@@ -5,31 +5,30 @@ The SDK sends ``forward_backward`` as a protobuf ``ForwardBackwardRequest`` and 
 JSON. The message classes come from the SDK itself (``tinker.proto.tinker_public_pb2``), so
 the server can never drift from the field numbers the client uses.
 
-Decoding errors raise :class:`ProtocolError`, which the HTTP layer answers with 400.
+Decoding errors raise :class:`ProtocolError` (400). JSON bodies arrive already validated
+(:mod:`rtc.server.requests`); the functions at the end turn them into engine types.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 from tinker.proto import tinker_public_pb2 as pb
 
-from .engine import AdamParams, Datum, ForwardResult
+from . import requests
+from .engine import AdamParams, Datum, ForwardResult, LoraSettings
+from .errors import BadRequest
+from .limits import MAX_TOPK
 from .sampling import SamplingRequest, SamplingResult
 
 _DTYPES = {pb.DTYPE_FLOAT32: np.float32, pb.DTYPE_INT64: np.int64, pb.DTYPE_INT32: np.int32}
-_JSON_DTYPES = {"float32": np.float32, "int64": np.int64}
 
 
-MAX_SAMPLES = 128
-
-
-class ProtocolError(ValueError):
-    """A request body that does not decode into what the endpoint needs."""
+class ProtocolError(BadRequest):
+    """A request body that does not decode into what the endpoint needs (400)."""
 
 
 @dataclass
@@ -42,33 +41,59 @@ class ForwardBackwardCall:
     forward_only: bool
 
 
-def _tensor(message: pb.Tensor, where: str) -> torch.Tensor:
+def _tensor(message: pb.Tensor, where: str, length: int) -> torch.Tensor:
+    """One ``loss_fn_inputs`` tensor, checked before anything is allocated from it.
+
+    ``length`` is the datum's number of model-input tokens: a tensor is [N] or [N, K], so more
+    than ``length * MAX_TOPK`` elements can only be an attempt to make the server allocate (a
+    sparse tensor's shape costs nothing to send). Float values must be finite: one NaN weight
+    turns the whole adapter into NaN.
+    """
     dtype = _DTYPES.get(message.dtype)
     if dtype is None:
         raise ProtocolError(f"{where}: unsupported tensor dtype {message.dtype}")
     shape = [int(s) for s in message.shape]
+    if any(s < 0 for s in shape) or len(shape) > 2:
+        raise ProtocolError(f"{where}: invalid shape {shape}; loss inputs are [N] or [N, K]")
+    if math.prod(shape) > max(length, 1) * MAX_TOPK:
+        raise ProtocolError(f"{where}: shape {shape} is far larger than the datum's {length} tokens allow")
     encoding = message.WhichOneof("encoding")
     try:
         if encoding == "sparse_csr":
-            if len(shape) != 2:
-                raise ProtocolError(f"{where}: a sparse tensor needs a 2-D shape, got {shape}")
-            values = np.frombuffer(message.sparse_csr.values, dtype=dtype)
-            crow = np.frombuffer(message.sparse_csr.crow_indices, dtype=np.int64)
-            col = np.frombuffer(message.sparse_csr.col_indices, dtype=np.int64)
-            dense = torch.sparse_csr_tensor(
-                torch.from_numpy(crow.copy()),
-                torch.from_numpy(col.copy()),
-                torch.from_numpy(values.copy()),
-                size=tuple(shape),
-            ).to_dense()
-            return dense.float() if dtype == np.float32 else dense.long()
-        array = np.frombuffer(message.dense, dtype=dtype).copy()
-        if shape:
-            array = array.reshape(shape)
-    except (ValueError, RuntimeError) as error:
+            array = _dense_from_csr(message.sparse_csr, shape, dtype, where)
+        else:
+            array = np.frombuffer(message.dense, dtype=dtype).copy()
+            if shape:
+                array = array.reshape(shape)
+    except ValueError as error:
         raise ProtocolError(f"{where}: {error}") from None
+    if dtype == np.float32 and not np.isfinite(array).all():
+        raise ProtocolError(f"{where}: values must be finite numbers (found NaN or infinity)")
     tensor = torch.from_numpy(array)
     return tensor.float() if dtype == np.float32 else tensor.long()
+
+
+def _dense_from_csr(csr: pb.SparseCsr, shape: list[int], dtype: type, where: str) -> np.ndarray:
+    """A dense array from CSR parts, every index checked (torch would raise or read past them)."""
+    if len(shape) != 2:
+        raise ProtocolError(f"{where}: a sparse tensor needs a 2-D shape, got {shape}")
+    rows, cols = shape
+    values = np.frombuffer(csr.values, dtype=dtype)
+    crow = np.frombuffer(csr.crow_indices, dtype=np.int64)
+    col = np.frombuffer(csr.col_indices, dtype=np.int64)
+    if len(crow) != rows + 1 or (len(crow) and crow[0] != 0):
+        raise ProtocolError(f"{where}: sparse crow_indices must have {rows + 1} entries starting at 0")
+    if (np.diff(crow) < 0).any() or crow[-1] != len(col) or len(col) != len(values):
+        raise ProtocolError(
+            f"{where}: sparse crow_indices must not decrease and end at the number of values "
+            f"({len(values)}), which must equal the number of col_indices ({len(col)})"
+        )
+    if len(col) and (col.min() < 0 or col.max() >= cols):
+        raise ProtocolError(f"{where}: sparse col_indices must be in [0, {cols})")
+    dense = np.zeros((rows, cols), dtype=dtype)
+    row_of = np.repeat(np.arange(rows), np.diff(crow))
+    np.add.at(dense, (row_of, col), values)  # duplicates add up, as in torch
+    return dense
 
 
 def _chunks_to_tokens(chunks, where: str) -> list[int]:
@@ -77,7 +102,10 @@ def _chunks_to_tokens(chunks, where: str) -> list[int]:
         kind = chunk.WhichOneof("chunk")
         if kind not in (None, "encoded_text"):
             raise ProtocolError(f"{where}: only text input is supported by this server, got a {kind} chunk")
-        tokens.extend(np.frombuffer(chunk.encoded_text.tokens, dtype=np.int32).tolist())
+        data = chunk.encoded_text.tokens
+        if len(data) % 4:
+            raise ProtocolError(f"{where}: encoded_text.tokens must be int32 values ({len(data)} bytes)")
+        tokens.extend(np.frombuffer(data, dtype=np.int32).tolist())
     return tokens
 
 
@@ -89,17 +117,27 @@ def decode_forward_backward(body: bytes) -> ForwardBackwardCall:
         raise ProtocolError(
             f"forward_backward body is not a ForwardBackwardRequest protobuf: {error}"
         ) from None
-    config: dict[str, float] = {key: float(value) for key, value in message.loss_fn_config.items()}
+    config: dict[str, float] = {}
+    for key, value in message.loss_fn_config.items():
+        config[key] = float(value)
     for key, value in message.loss_fn_config_v2.items():
         if value.WhichOneof("value") == "text":
             raise ProtocolError(f"loss_fn_config[{key!r}] is text; the built-in losses take numbers")
         config[key] = float(value.number)
+    for key, value in config.items():
+        if not math.isfinite(value):
+            raise ProtocolError(f"loss_fn_config[{key!r}] must be a finite number, got {value}")
     data = []
     for index, datum in enumerate(message.data):
         where = f"datum {index}"
         tokens = _chunks_to_tokens(datum.model_input, where)
-        inputs = {name: _tensor(tensor, f"{where} {name}") for name, tensor in datum.loss_fn_inputs.items()}
+        inputs = {
+            name: _tensor(tensor, f"{where} {name}", len(tokens))
+            for name, tensor in datum.loss_fn_inputs.items()
+        }
         data.append(Datum(tokens=tokens, inputs=inputs))
+    if not message.model_id:
+        raise ProtocolError("forward_backward: missing model_id")
     return ForwardBackwardCall(
         model_id=message.model_id,
         seq_id=int(message.seq_id),
@@ -159,140 +197,65 @@ def encode_sample(result: SamplingResult) -> bytes:
     return out.SerializeToString()
 
 
-# ----- JSON helpers ---------------------------------------------------------------------------
+# ----- validated JSON requests to engine types ------------------------------------------------
 
 
-def require(body: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    if key not in body or body[key] is None:
-        raise ProtocolError(f"{where}: missing field {key!r}")
-    return expect(body[key], kind, f"{where}.{key}")
-
-
-def optional(
-    body: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str, default: Any = None
-) -> Any:
-    if body.get(key) is None:
-        return default
-    return expect(body[key], kind, f"{where}.{key}")
-
-
-def expect(value: Any, kind: type | tuple[type, ...], where: str) -> Any:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    if float in kinds and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if isinstance(value, bool) and bool not in kinds:
-        raise ProtocolError(f"{where}: expected {'/'.join(k.__name__ for k in kinds)}, got a boolean")
-    if not isinstance(value, kinds):
-        raise ProtocolError(
-            f"{where}: expected {'/'.join(k.__name__ for k in kinds)}, got {type(value).__name__}"
-        )
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ProtocolError(f"{where}: must be a finite number")
-    return value
-
-
-def json_model_input(value: Any, where: str) -> list[int]:
-    """Tokens of a JSON ``ModelInput`` (``{"chunks": [{"type": "encoded_text", "tokens": [...]}]}``)."""
-    chunks = require(expect(value, dict, where), "chunks", list, where)
-    tokens: list[int] = []
-    for index, chunk in enumerate(chunks):
-        chunk = expect(chunk, dict, f"{where}.chunks[{index}]")
-        kind = chunk.get("type", "encoded_text")
-        if kind != "encoded_text":
-            raise ProtocolError(f"{where}.chunks[{index}]: only text input is supported, got {kind!r}")
-        for token in require(chunk, "tokens", list, f"{where}.chunks[{index}]"):
-            tokens.append(expect(token, int, f"{where}.chunks[{index}].tokens[]"))
-    return tokens
-
-
-def adam_params(body: dict[str, Any]) -> AdamParams:
-    key = next(
-        (k for k in ("adam_params", "optimizer_params", "optim_params") if body.get(k) is not None), None
+def adam_params(params: requests.AdamParams) -> AdamParams:
+    return AdamParams(
+        learning_rate=params.learning_rate,
+        beta1=params.beta1,
+        beta2=params.beta2,
+        eps=params.eps,
+        weight_decay=params.weight_decay,
+        grad_clip_norm=params.grad_clip_norm,
     )
-    if key is None:
-        raise ProtocolError("optim_step: missing field 'adam_params'")
-    params = expect(body[key], dict, f"optim_step.{key}")
-    if params.get("type") not in (None, "adam", "adamw"):
-        raise ProtocolError(f"optimizer {params.get('type')!r} is not supported; this server runs AdamW")
-    known = {"learning_rate", "beta1", "beta2", "eps", "weight_decay", "grad_clip_norm", "type"}
-    unknown = set(params) - known
-    if unknown:
-        raise ProtocolError(f"optim_step.adam_params: unknown fields {sorted(unknown)}")
-    defaults = AdamParams()
-    values = {
-        key: optional(params, key, float, "optim_step.adam_params", getattr(defaults, key))
-        for key in known - {"type"}
-    }
-    result = AdamParams(**values)
-    if result.learning_rate < 0 or result.eps < 0 or result.weight_decay < 0 or result.grad_clip_norm < 0:
-        raise ProtocolError(
-            "optim_step.adam_params: learning_rate, eps, weight_decay, grad_clip_norm must be >= 0"
-        )
-    if not (0 <= result.beta1 < 1 and 0 <= result.beta2 < 1):
-        raise ProtocolError("optim_step.adam_params: beta1 and beta2 must be in [0, 1)")
-    return result
 
 
-def sampling_request(body: dict[str, Any], prompt: list[int], eos_ids: set[int]) -> SamplingRequest:
-    """The ``asample`` JSON body as a :class:`SamplingRequest`.
+def lora_settings(config: requests.LoraConfig) -> LoraSettings:
+    return LoraSettings(
+        rank=config.rank,
+        seed=config.seed,
+        train_mlp=config.train_mlp,
+        train_attn=config.train_attn,
+        train_unembed=config.train_unembed,
+    )
+
+
+def sampling_request(body: requests.Sample, prompt: list[int], eos_ids: set[int]) -> SamplingRequest:
+    """The ``asample`` body as a :class:`SamplingRequest`.
 
     ``stop``: ``None`` stops at end-of-sequence (``eos_ids``); strings stop there too; token ids
     replace the end-of-sequence ids; ``[]`` disables every stop, as the SDK documents.
     """
-    where = "asample.sampling_params"
-    params = optional(body, "sampling_params", dict, "asample", {})
-    num_samples = optional(body, "num_samples", int, "asample", 1)
-    if not 1 <= num_samples <= MAX_SAMPLES:
-        raise ProtocolError(f"asample.num_samples must be between 1 and {MAX_SAMPLES}")
-    max_tokens = optional(params, "max_tokens", int, where)
-    if max_tokens is not None and max_tokens < 0:
-        raise ProtocolError(f"{where}.max_tokens must be >= 0")
-    temperature = optional(params, "temperature", float, where, 1.0)
-    top_p = optional(params, "top_p", float, where, 1.0)
-    if temperature < 0 or not 0 < top_p <= 1:
-        raise ProtocolError(f"{where}: temperature must be >= 0 and top_p in (0, 1]")
-    stop = params.get("stop")
+    params = body.sampling_params
+    stop = params.stop
     stop_strings: list[str] = []
     stop_ids: list[int] = sorted(eos_ids)
     if isinstance(stop, str):
         stop_strings = [stop]
     elif isinstance(stop, list):
-        if all(isinstance(s, str) for s in stop):
-            stop_strings = stop
-        elif all(isinstance(s, int) and not isinstance(s, bool) for s in stop):
-            stop_ids = stop
-        else:
-            raise ProtocolError(f"{where}.stop must be a string, a list of strings or a list of token ids")
         if not stop:
             stop_ids = []
-    elif stop is not None:
-        raise ProtocolError(f"{where}.stop must be a string, a list of strings or a list of token ids")
-    topk_prompt = optional(body, "topk_prompt_logprobs", int, "asample", 0)
-    if topk_prompt < 0:
-        raise ProtocolError("asample.topk_prompt_logprobs must be >= 0")
-    for name in ("topk_sample_logprobs", "prompt_alt_tokens_k"):
-        if optional(body, name, int, "asample", 0):
-            raise ProtocolError(f"asample.{name} is not supported by this server")
-    if body.get("target_prompt_logprobs") is not None:
-        raise ProtocolError("asample.target_prompt_logprobs is not supported by this server")
-    want_prompt_logprobs = bool(optional(body, "prompt_logprobs", bool, "asample", False))
-    last_n = optional(body, "prompt_logprobs_last_n", int, "asample")
-    if last_n is not None and not (want_prompt_logprobs and 1 <= last_n <= len(prompt) - 1):
+        elif isinstance(stop[0], str):
+            stop_strings = list(stop)
+        else:
+            stop_ids = list(stop)
+    last_n = body.prompt_logprobs_last_n
+    if last_n is not None and not 1 <= last_n <= len(prompt) - 1:
         raise ProtocolError(
-            f"asample.prompt_logprobs_last_n must be between 1 and {len(prompt) - 1} (the prompt length - 1) "
-            "and needs prompt_logprobs"
+            f"asample.prompt_logprobs_last_n must be between 1 and {len(prompt) - 1} (the prompt length - 1)"
         )
     return SamplingRequest(
         prompt=prompt,
-        num_samples=num_samples,
-        max_tokens=max_tokens,
-        temperature=temperature,
-        top_k=optional(params, "top_k", int, where, -1),
-        top_p=top_p,
-        seed=optional(params, "seed", int, where),
+        num_samples=body.num_samples,
+        max_tokens=params.max_tokens,
+        temperature=params.temperature,
+        top_k=params.top_k,
+        top_p=params.top_p,
+        seed=params.seed,
         stop_strings=stop_strings,
         stop_token_ids=stop_ids,
-        prompt_logprobs=want_prompt_logprobs,
-        topk_prompt_logprobs=topk_prompt,
+        prompt_logprobs=bool(body.prompt_logprobs),
+        topk_prompt_logprobs=body.topk_prompt_logprobs,
         prompt_logprobs_last_n=last_n,
     )

@@ -4,10 +4,14 @@
 ``tinker://<run>/sampler_weights/<name>`` (adapter only) become
 ``<state-dir>/<run>/weights/<name>/`` and ``<state-dir>/<run>/sampler_weights/<name>/``.
 
+``<run>`` is a random id the server gives each training client (see ``service.py``), so a path
+names nothing else (no session, no model id) and cannot be guessed: whoever holds a path may
+load it, as a resumed loop in a new session must, and no one else can find it.
+
 Names come from clients, so they are checked against a strict pattern and the resolved path
-must stay inside the state directory; anything else is a :class:`CheckpointPathError`, which
-the HTTP layer answers with 400. Checkpoints are written into a temporary sibling directory
-and renamed into place, so a reader never sees half a checkpoint.
+must stay inside the state directory; anything else is a :class:`CheckpointPathError` (400).
+Checkpoints are written into a temporary sibling directory and renamed into place, so a reader
+never sees half a checkpoint.
 """
 
 from __future__ import annotations
@@ -20,16 +24,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import BadRequest, NotFound
+
 TINKER_SCHEME = "tinker://"
 KINDS = ("weights", "sampler_weights")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
-class CheckpointPathError(ValueError):
+class CheckpointPathError(BadRequest):
     """A checkpoint name or ``tinker://`` path that is malformed or would leave the state dir."""
 
 
-class CheckpointNotFoundError(LookupError):
+class CheckpointNotFoundError(NotFound):
     """A well-formed ``tinker://`` path with nothing saved under it."""
 
 

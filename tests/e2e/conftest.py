@@ -24,7 +24,7 @@ def server(tmp_path_factory):
 
     state = tmp_path_factory.mktemp("serve-state")
     log = tmp_path_factory.mktemp("serve-log") / "serve.log"
-    process, url = start_server("tiny", state_dir=state, log_path=log)
+    process, url = start_server("tiny", state_dir=state, log_path=log, api_key="tml-local")
     yield url
     stop_server(process)
 

@@ -21,7 +21,7 @@ tinker = pytest.importorskip("tinker")
 # sys.path; the tests here share helpers through tiny_kit.py next to this file.
 sys.path.insert(0, str(Path(__file__).parent))
 
-from tiny_kit import RunningServer, start_server, stop_server  # noqa: E402
+from tiny_kit import ROOMY, RunningServer, start_server, stop_server  # noqa: E402
 
 from rtc.server.models import prepare_model  # noqa: E402
 
@@ -33,7 +33,7 @@ def tiny_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory, tiny_dir) -> Iterator[RunningServer]:
-    running = start_server(tmp_path_factory.mktemp("serve-state"))
+    running = start_server(tmp_path_factory.mktemp("serve-state"), *ROOMY)
     yield running
     code = stop_server(running)
     assert code == 0, "".join(running.output[-40:])

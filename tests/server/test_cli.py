@@ -89,3 +89,40 @@ def test_a_local_model_directory_is_accepted(tiny_dir, tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ModelPreparationError, match="config.json"):
         prepare(str(tmp_path / "empty"))
+
+
+@pytest.mark.parametrize("host", ["", "0.0.0.0", "::", "192.0.2.7"])
+def test_a_host_other_machines_reach_needs_a_key(tmp_path, host):
+    """`--host ''` used to listen everywhere without a key and print http://:PORT."""
+    args = ("--model", "tiny", "--host", host, "--port", "0", "--state-dir", str(tmp_path))
+    result = run_cli(*args, timeout=30)
+    assert result.returncode == 2
+    assert result.stderr.startswith("Error: ") and "reachable from other machines" in result.stderr
+    assert "--api-key" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "complaint"),
+    [
+        (["--api-key", "secret"], "must start with 'tml-'"),
+        (["--host", "0.0.0.0", "--api-key", "tml-short"], "at least 16 characters"),
+        (["--max-body-mb", "0"], "--max-body-mb must be at least 1"),
+        (["--max-body-mb", "8", "--max-inflated-mb", "4"], "--max-inflated-mb must be at least"),
+    ],
+)
+def test_bad_keys_and_limits_are_usage_errors(tmp_path, args, complaint):
+    result = run_cli("--model", "tiny", "--port", "0", "--state-dir", str(tmp_path), *args, timeout=30)
+    assert result.returncode == 2 and complaint in result.stderr, result.stderr
+
+
+def test_loopback_hosts_and_the_urls_shown_for_them():
+    from rtc.server.cli import check_key, is_loopback, shown_url
+
+    assert all(is_loopback(h) for h in ("127.0.0.1", "127.0.0.2", "::1", "localhost"))
+    assert not any(is_loopback(h) for h in ("", "0.0.0.0", "::", "10.0.0.1", "example.com"))
+    assert check_key(None, "127.0.0.1") is None
+    assert check_key("tml-" + "k" * 16, "0.0.0.0") is None
+    assert shown_url("", 8000) == "http://127.0.0.1:8000"
+    assert shown_url("0.0.0.0", 8000) == "http://127.0.0.1:8000"
+    assert shown_url("::", 8000) == "http://[::1]:8000"
+    assert shown_url("::1", 8000) == "http://[::1]:8000"

@@ -85,7 +85,7 @@ class Served:
 def serve(family: Family, tmp_path_factory) -> Iterator[Served]:
     """``rtc serve --model family.model`` and an SDK client of it, both closed at the end."""
     running = start_server(tmp_path_factory.mktemp(f"state-{family.model}"), model=family.model)
-    client = tinker.ServiceClient(base_url=running.url, api_key="tml-local")
+    client = tinker.ServiceClient(base_url=running.url, api_key=running.api_key)
     try:
         yield Served(family, running, client)
     finally:
@@ -176,7 +176,7 @@ def test_get_info_reports_the_requested_name_of_the_family(served):
         # No Hugging Face tokenizer exists offline for tml families: the name, as hosted Tinker says.
         assert info.model_data.tokenizer_id == name
         assert info.model_data.arch == "LlamaForCausalLM"
-    with httpx.Client(base_url=served.server.url, headers={"X-API-Key": "tml-local"}) as http:
+    with httpx.Client(base_url=served.server.url, headers={"X-API-Key": served.server.api_key}) as http:
         listed = [
             m["model_name"] for m in http.get("/api/v1/get_server_capabilities").json()["supported_models"]
         ]

@@ -58,7 +58,7 @@ def test_lane_skips_a_seq_id_that_never_arrives(monkeypatch):
 def test_store_long_polls_until_the_outcome_is_ready():
     async def scenario() -> tuple[Outcome | None, Outcome | None, float]:
         store = FutureStore()
-        request_id = store.create()
+        request_id = store.create("session-a")
         not_yet = await store.wait(request_id, timeout=0.05)
         asyncio.get_running_loop().call_later(0.2, store.resolve, request_id, Outcome(json={"ok": True}))
         start = time.monotonic()
@@ -176,9 +176,8 @@ def test_sessions_without_heartbeats_are_freed(tiny_dir, tmp_path, monkeypatch):
             await service.on_engine(
                 engine.create_training_adapter, adapter, LoraSettings(2, 0, True, True, True)
             )
-            service.register(
-                TrainingRun(f"{session.session_id}:train:0", session.session_id, "x", adapter, 2)
-            )
+            run = TrainingRun(f"{session.session_id}:train:0", session.session_id, "x", adapter, 2)
+            service.runs[run.model_id] = run
         reaper = asyncio.create_task(service.reap_silent_sessions())
         await asyncio.sleep(0.3)
         reaper.cancel()
@@ -189,3 +188,18 @@ def test_sessions_without_heartbeats_are_freed(tiny_dir, tmp_path, monkeypatch):
         asyncio.run(scenario())
     finally:
         service.close()
+
+
+def test_capabilities_report_the_served_model_and_its_context_through_the_sdk(server, tiny_dir):
+    """A loop reads the context length to check its rows before training (issue 9.3)."""
+    import json
+
+    import tinker
+
+    config = json.loads((tiny_dir / "config.json").read_text())
+    rest = tinker.RestClient(base_url=server.url, api_key=server.api_key)
+    models = rest.get_server_capabilities().result().supported_models
+    assert [(m.model_name, m.max_context_length) for m in models] == [
+        ("rtc/tiny", config["max_position_embeddings"])  # the name get_info reports too
+    ]
+    assert models[0].trainable and models[0].sampleable

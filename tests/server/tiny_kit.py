@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -16,6 +17,9 @@ from tinker import types
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 120
+KEY = "tml-local"
+# The shared test server keeps one SDK session for many tests, each making training clients.
+ROOMY = ("--max-adapters-per-session", "1000", "--max-adapters", "1000")
 
 
 @dataclass
@@ -24,10 +28,20 @@ class RunningServer:
     state_dir: Path
     process: subprocess.Popen
     output: list[str]
+    api_key: str
 
 
-def start_server(state_dir: Path, *extra: str, model: str = "tiny") -> RunningServer:
-    """Start ``python -m rtc.server --model MODEL --port 0`` and wait for its banner."""
+def start_server(
+    state_dir: Path, *extra: str, api_key: str | None = KEY, model: str = "tiny"
+) -> RunningServer:
+    """Start ``python -m rtc.server --model MODEL --port 0`` and wait for its banner.
+
+    The key goes in through ``$RTC_SERVE_API_KEY``; with ``api_key=None`` the server makes its
+    own, read back from the banner.
+    """
+    env = {k: v for k, v in os.environ.items() if k != "RTC_SERVE_API_KEY"}
+    if api_key is not None:
+        env["RTC_SERVE_API_KEY"] = api_key
     process = subprocess.Popen(
         [
             sys.executable,
@@ -44,6 +58,7 @@ def start_server(state_dir: Path, *extra: str, model: str = "tiny") -> RunningSe
             *extra,
         ],
         cwd=REPO,
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -58,7 +73,9 @@ def start_server(state_dir: Path, *extra: str, model: str = "tiny") -> RunningSe
             match = re.search(r"TINKER_BASE_URL=(\S+)", line)
             if match:
                 found["url"] = match.group(1)
-            if "TINKER_API_KEY=" in line:  # the last line of the banner
+            key = re.search(r"TINKER_API_KEY=(\S+)", line)
+            if key:  # the last line of the banner
+                found["key"] = key.group(1)
                 ready.set()
         ready.set()
 
@@ -67,7 +84,7 @@ def start_server(state_dir: Path, *extra: str, model: str = "tiny") -> RunningSe
     if "url" not in found:
         process.kill()
         raise RuntimeError("server did not start:\n" + "".join(output))
-    return RunningServer(found["url"], state_dir, process, output)
+    return RunningServer(found["url"], state_dir, process, output, found.get("key", ""))
 
 
 def stop_server(server: RunningServer) -> int:
