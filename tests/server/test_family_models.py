@@ -19,9 +19,6 @@ from pathlib import Path
 import httpx
 import pytest
 import tinker
-from rtc.server.family_models import FAMILY_MODELS
-from rtc.server.family_tokenizers import TmlTokenizer
-from rtc.server.models import prepare, prepare_model
 from tinker import types
 from tiny_kit import RunningServer, next_token_datum, start_server, stop_server, wait_until
 from tml_renderers import chat, renderers
@@ -29,6 +26,10 @@ from tml_renderers.tinker import (
     token_spans_to_tinker_model_input,
     training_example_to_tinker_model_input_and_weights,
 )
+
+from rtc.server.family_models import FAMILY_MODELS
+from rtc.server.family_tokenizers import TmlTokenizer
+from rtc.server.models import prepare, prepare_model
 
 pytestmark = pytest.mark.slow
 
