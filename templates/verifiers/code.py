@@ -244,8 +244,6 @@ def candidate(job):
         if number is None:
             number = numbers[id(value)] = len(exports)
             exports.append(value)
-        if type(value) is type(sys):
-            return {"m": [number, value.__name__]}
         return {"r": number}
 
     def own(tag, body):
@@ -360,16 +358,7 @@ def local_encode(value):
 
 
 def remote(tag, body):
-    if tag == "m" and type(body) is list and len(body) == 2 and type(body[1]) is str:
-        body, name = body
-        if name.partition(".")[0] in sys.stdlib_module_names:
-            try:
-                return __import__("importlib").import_module(name)  # the judge's own copy, unpatched
-            except Exception:
-                pass
-    elif tag != "r":
-        raise ValueError("not an encoded value")
-    if type(body) is not int:
+    if tag != "r" or type(body) is not int:
         raise ValueError("not an encoded value")
     if body not in REMOTES:
         REMOTES[body] = Remote(body)
@@ -394,6 +383,8 @@ def request(op, *args):
             kind = getattr(builtins, error[0], None)
             if not (isinstance(kind, type) and issubclass(kind, Exception)):
                 kind = CandidateError
+            elif issubclass(kind, StopIteration) and op != "next":
+                kind = CandidateError  # or all(map(candidate, cases)) would stop early and pass
             try:
                 exception = kind(error[1])
             except Exception:
@@ -429,6 +420,11 @@ def judge(job):
     if type(found) is not dict or (entry_point and entry_point not in found):
         return
     namespace = {"__name__": "__main__", "__builtins__": builtins}
+    for name in job["modules"]:
+        try:
+            namespace[name] = __import__(name)
+        except Exception:
+            pass
     for name in job["names"]:
         if name in found:
             namespace[name] = found[name]
@@ -519,9 +515,13 @@ def _code_test_steps(tests: object) -> list[tuple[str, bool]] | None:
     return steps
 
 
-def _code_names(steps: list[tuple[str, bool]], entry_point: str) -> list[str]:
-    """The candidate's names the judge asks for: those the tests mention, never a builtin's name
-    (a candidate's `len` or `sorted` must not replace the judge's) unless it is the entry point."""
+def _code_names(steps: list[tuple[str, bool]], entry_point: str) -> tuple[list[str], list[str]]:
+    """(the candidate's names the judge asks for, standard modules the judge imports itself).
+
+    The names are those the tests mention. A builtin's name (a candidate's `len` or `sorted`) or a
+    standard module's (a fake `math` for tests that use math without importing it) stays the judge's
+    own unless it is the entry point.
+    """
     names = set()
     for source, _ in steps:
         try:
@@ -529,10 +529,13 @@ def _code_names(steps: list[tuple[str, bool]], entry_point: str) -> list[str]:
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue  # the judge's compile fails this step
     names = {name for name in names if not name.startswith("__") and not hasattr(builtins, name)}
+    names.discard(entry_point)
+    modules = sorted(name for name in names if name in sys.stdlib_module_names)
+    names = {name for name in names if name not in modules}
     if entry_point:
         names.discard("candidate")
         names.add(entry_point)
-    return sorted(names)
+    return sorted(names), modules
 
 
 def _code_timeout(metadata: dict) -> float:
@@ -873,8 +876,9 @@ def _code_run_sandboxed(
         return {}, False, True
     deadline = time.monotonic() + timeout_s
     candidate_job = json.dumps({"code": program}).encode()
-    names = _code_names(steps, entry_point)
-    judge_job = json.dumps({"steps": steps, "entry_point": entry_point, "names": names}).encode()
+    names, modules = _code_names(steps, entry_point)
+    judge_job = {"steps": steps, "entry_point": entry_point, "names": names, "modules": modules}
+    judge_job = json.dumps(judge_job).encode()
     candidate_end, judge_end = socket.socketpair()
     report_r, report_w = os.pipe()
     started = []

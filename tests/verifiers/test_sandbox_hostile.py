@@ -347,6 +347,24 @@ def pairs(n):
 """,
             tests=["assert len(pairs(3)) == 3", "assert sum(pairs(3)) == 6"],
         ),
+        "fake-module": Case(
+            """
+class Anything:
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: True
+math = Anything()
+def root(x):
+    return 0
+""",
+            tests=["assert math.isclose(root(4), 2.0)", "assert math.isclose(root(9), 3.0)"],
+        ),
+        "stop-iteration": Case(
+            """
+def is_prime(n):
+    raise StopIteration
+""",
+            tests=["assert all(map(is_prime, [2, 3, 5, 7]))", "assert not any(map(is_prime, [4, 6, 8]))"],
+        ),
         "forged-stdout": Case(
             """
 import json, os, sys
@@ -499,6 +517,8 @@ HOSTILE = [
     "int-subclass-equal",
     "patched-builtins",
     "shadowed-builtins",
+    "fake-module",
+    "stop-iteration",
     "forged-stdout",
     "parent-environ",
     "read-run-dir",

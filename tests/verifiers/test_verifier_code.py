@@ -454,15 +454,32 @@ def test_what_a_handle_cannot_do(code_verify, test):
     assert judged(code_verify, code, [test])["reward"] == 0.0
 
 
-def test_the_judge_imports_its_own_modules_and_keeps_its_builtins(code_verify):
-    code = (
-        "import math as m\nm.isclose = lambda *a, **k: True\nimport builtins\nbuiltins.abs = lambda x: 0\n"
-        "def root(x):\n    return 99.0\ndef max(values):\n    return -1\n"
+def test_the_judge_keeps_its_own_builtins_and_standard_modules(code_verify):
+    code = textwrap.dedent(
+        """\
+        import math, builtins
+        math.isclose = lambda *args, **kwargs: True
+        builtins.abs = lambda x: 0
+        def root(x):
+            return 99.0
+        def max(values):
+            return -1
+        """
     )
-    assert judged(code_verify, code, ["assert m.isclose(root(4), 2.0)"])["reward"] == 0.0
+    assert judged(code_verify, code, ["assert math.isclose(root(4), 2.0)"])["reward"] == 0.0
     assert judged(code_verify, code, ["assert abs(root(4) - 99) == 0"])["reward"] == 1.0  # the judge's abs
     assert judged(code_verify, code, ["assert max([1, 3]) == 3"])["reward"] == 1.0  # the judge's max
     assert judged(code_verify, code, ["assert max([1, 3]) == -1"], entry_point="max")["reward"] == 1.0
+    aliased = "import math as m\ndef root(x):\n    return m.sqrt(x)\n"
+    assert judged(code_verify, aliased, ["assert m.sqrt(root(16)) == 2.0"])["reward"] == 1.0  # a handle
+
+
+def test_stop_iteration_ends_only_an_iteration(code_verify):
+    code = "def is_prime(n):\n    raise StopIteration\ndef count(n):\n    yield from range(n)\n"
+    assert judged(code_verify, code, ["assert all(map(is_prime, [2, 3, 5]))"])["reward"] == 0.0
+    assert (
+        judged(code_verify, code, ["assert list(map(lambda x: x, count(3))) == [0, 1, 2]"])["reward"] == 1.0
+    )
 
 
 def test_a_result_too_large_to_send_fails_its_test(code_verify):
