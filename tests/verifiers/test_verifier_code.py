@@ -183,6 +183,11 @@ def test_infinite_loop_times_out_with_zero(code_verify):
     assert scores["timeout"] == 1.0
 
 
+def test_a_budget_too_small_to_start_the_sandbox_is_a_timeout_not_a_sandbox_error(code_verify):
+    scores = run(code_verify, fenced(GOOD), {**ADD_TESTS, "timeout_s": 0.001})
+    assert (scores["reward"], scores["timeout"], scores["sandbox_error"]) == (0.0, 1.0, 0.0)
+
+
 @pytest.mark.timeout(30)
 def test_hang_in_one_test_keeps_the_tests_passed_before_it(code_verify):
     code = "def add(a, b):\n    while a == -1:\n        pass\n    return a + b\n"
