@@ -978,6 +978,9 @@ def _code_view() -> list[str]:
     for name in ("/etc/ld.so.cache", "/etc/localtime"):  # the dynamic loader's cache; the time zone
         if os.path.exists(name):
             args += ["--ro-bind", name, name]
+    # The tmpfs first: a Python installation under /tmp (a venv there) is bound on top of it.
+    args += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev"]
+    args += ["--perms", "01777", "--size", str(_CODE_TMP_BYTES), "--tmpfs", "/tmp"]
     roots: list[str] = []
     executable_dir = os.path.dirname(os.path.abspath(sys.executable))
     for path in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, executable_dir):
@@ -990,7 +993,7 @@ def _code_view() -> list[str]:
         for root in roots:
             if _code_within(os.path.abspath(sensitive), root):
                 raise OSError(f"the Python installation {root} contains {sensitive}: it cannot be shown")
-    made: set[str] = set()
+    made = {"/tmp"}
     for root in roots:
         if _code_within(root, "/usr"):
             continue
@@ -1003,9 +1006,7 @@ def _code_view() -> list[str]:
             args += ["--perms", "0755", "--dir", ancestor]
             made.add(ancestor)
         args += ["--ro-bind", root, root]
-    args += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev"]
-    args += ["--perms", "01777", "--size", str(_CODE_TMP_BYTES), "--tmpfs", "/tmp", "--chdir", "/tmp"]
-    return [*args, "--remount-ro", "/"]
+    return [*args, "--chdir", "/tmp", "--remount-ro", "/"]
 
 
 def _code_within(path: str, root: str) -> bool:

@@ -27,6 +27,10 @@ ADD_TESTS = {
 }
 GOOD = "def add(a, b):\n    return a + b\n"
 PARTIAL = "def add(a, b):\n    return a + b if a > 0 else 7\n"
+# What the sandbox's /tmp (the working directory) holds before the code runs: nothing, or the way down
+# to a Python installation under /tmp, which the sandbox shows read-only on top of its tmpfs.
+INSTALLATIONS = {sys.prefix, sys.base_prefix, os.path.realpath(sys.executable)}
+IN_TMP = sorted({path.split("/")[2] for path in INSTALLATIONS if path.startswith("/tmp/")})
 HOSTILE_TIMEOUT_S = 2.0
 # Interpreter start and teardown on a busy 2-core machine, on top of the run's own timeout.
 SLACK_S = 3.0
@@ -315,16 +319,15 @@ def test_the_code_sees_only_its_own_file_system(code_verify):
         IN_HOME = os.listdir({home!r}) if os.path.isdir({home!r}) else []
         """
     )
-    installations = (sys.prefix, sys.base_prefix)
     shown = {"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "tmp", "usr"}
-    shown |= {path.split("/")[1] for path in installations}
+    shown |= {path.split("/")[1] for path in INSTALLATIONS}
     # The home directory shows at most the way down to a Python installation inside it (pyenv).
     on_the_way = {
-        path[len(home) + 1 :].split("/")[0] for path in installations if path.startswith(home + "/")
+        path[len(home) + 1 :].split("/")[0] for path in INSTALLATIONS if path.startswith(home + "/")
     }
     metadata = {
         "tests": [
-            "assert CWD == '/tmp' and HERE == []",
+            f"assert CWD == '/tmp' and sorted(HERE) == {IN_TMP!r}",
             f"assert not SEES_TESTS and set(IN_HOME) <= {on_the_way!r}",
             f"assert set(TOP) <= {shown!r}",
         ],
@@ -354,7 +357,7 @@ def test_as_root_the_code_runs_as_nobody_on_the_host_too(code_verify):
 
 def test_tests_are_not_readable_by_the_candidate(code_verify):
     code = "import os\nSEEN = os.listdir('.')\n" + GOOD
-    metadata = {**ADD_TESTS, "tests": ["assert SEEN == []", "assert add(1, 2) == 3"]}
+    metadata = {**ADD_TESTS, "tests": [f"assert sorted(SEEN) == {IN_TMP!r}", "assert add(1, 2) == 3"]}
     assert run(code_verify, fenced(code), metadata)["reward"] == 1.0
 
 
@@ -562,6 +565,8 @@ def test_the_opt_out_still_drops_root_and_keeps_imports_working(unsandboxed):
 
 def test_the_opt_out_removes_its_working_directory(unsandboxed, monkeypatch, tmp_path):
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
-    code = GOOD + "open('leftover.txt', 'w').write('x')\nimport os\nos.mkdir('sub')\nos.chmod('sub', 0)\n"
+    code = GOOD + "open('leftover.txt', 'w').write('x')\nimport os\nos.mkdir('sub')\n"
+    if os.geteuid() == 0:  # root removes even what the code made unreadable
+        code += "os.chmod('sub', 0)\n"
     assert run(unsandboxed, fenced(code))["reward"] == 1.0
     assert list(tmp_path.iterdir()) == []
