@@ -31,7 +31,8 @@ PARTIAL = "def add(a, b):\n    return a + b if a > 0 else 7\n"
 # to a Python installation under /tmp, which the sandbox shows read-only on top of its tmpfs.
 INSTALLATIONS = {sys.prefix, sys.base_prefix, os.path.realpath(sys.executable)}
 IN_TMP = sorted({path.split("/")[2] for path in INSTALLATIONS if path.startswith("/tmp/")})
-HOSTILE_TIMEOUT_S = 2.0
+HOSTILE_TIMEOUT_S = 2.0  # for code that runs into the deadline
+HONEST_TIMEOUT_S = 10.0  # two sandboxes start per run: room for a busy machine
 # Interpreter start and teardown on a busy 2-core machine, on top of the run's own timeout.
 SLACK_S = 3.0
 
@@ -40,7 +41,7 @@ def fenced(code: str, tag: str = "python") -> str:
     return f"Here is my solution.\n\n```{tag}\n{code}```\n\nIt adds the numbers."
 
 
-def run(code_verify, completion, metadata=None, timeout_s=HOSTILE_TIMEOUT_S):
+def run(code_verify, completion, metadata=None, timeout_s=HONEST_TIMEOUT_S):
     metadata = {**ADD_TESTS, "timeout_s": timeout_s} if metadata is None else metadata
     pid = os.getpid()
     start = time.monotonic()
@@ -182,7 +183,7 @@ def test_odd_completions_score_zero(code_verify, completion):
 
 @pytest.mark.timeout(30)
 def test_infinite_loop_times_out_with_zero(code_verify):
-    scores = run(code_verify, fenced(GOOD + "while True:\n    pass\n"))
+    scores = run(code_verify, fenced(GOOD + "while True:\n    pass\n"), timeout_s=HOSTILE_TIMEOUT_S)
     assert scores["reward"] == 0.0
     assert scores["timeout"] == 1.0
 
@@ -195,7 +196,7 @@ def test_a_budget_too_small_to_start_the_sandbox_is_a_timeout_not_a_sandbox_erro
 @pytest.mark.timeout(30)
 def test_hang_in_one_test_keeps_the_tests_passed_before_it(code_verify):
     code = "def add(a, b):\n    while a == -1:\n        pass\n    return a + b\n"
-    scores = run(code_verify, fenced(code))
+    scores = run(code_verify, fenced(code), timeout_s=HOSTILE_TIMEOUT_S)
     assert (scores["tests_passed"], scores["timeout"]) == (
         1.0,
         1.0,
@@ -210,14 +211,14 @@ def test_bounded_fork_loop_is_capped(code_verify):
         "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(5)\n        os._exit(0)\n"
         "    forks += 1\n" + GOOD + "def capped():\n    return forks < 20\n"
     )
-    metadata = {"tests": ["assert capped()", "assert add(1, 2) == 3"], "timeout_s": HOSTILE_TIMEOUT_S}
+    metadata = {"tests": ["assert capped()", "assert add(1, 2) == 3"], "timeout_s": HONEST_TIMEOUT_S}
     assert run(code_verify, fenced(code), metadata)["reward"] == 1.0
 
 
 @pytest.mark.timeout(30)
 def test_fork_bomb_scores_zero_and_is_contained(code_verify):
     code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n" + GOOD
-    scores = run(code_verify, fenced(code))
+    scores = run(code_verify, fenced(code), timeout_s=HOSTILE_TIMEOUT_S)
     assert scores["reward"] == 0.0
     assert scores["timeout"] == 1.0
 
@@ -225,7 +226,7 @@ def test_fork_bomb_scores_zero_and_is_contained(code_verify):
 @pytest.mark.timeout(30)
 def test_memory_hog_scores_zero(code_verify):
     code = "hog = []\nwhile True:\n    hog.append(bytearray(16 * 1024 * 1024))\n" + GOOD
-    assert run(code_verify, fenced(code))["reward"] == 0.0
+    assert run(code_verify, fenced(code), timeout_s=HOSTILE_TIMEOUT_S)["reward"] == 0.0
 
 
 @pytest.mark.parametrize(
@@ -554,7 +555,10 @@ def test_the_opt_out_still_scores_and_says_what_it_gives_up(unsandboxed):
     assert run(unsandboxed, fenced(PARTIAL))["reward"] == 0.5
     code = f"import os\nSEES_HOST = os.path.exists({str(Path(__file__))!r})\n" + GOOD
     assert run(unsandboxed, fenced(code), {"tests": ["assert SEES_HOST"]})["reward"] == 1.0  # no isolation
-    assert run(unsandboxed, fenced(GOOD + "while True:\n    pass\n"))["timeout"] == 1.0
+    assert (
+        run(unsandboxed, fenced(GOOD + "while True:\n    pass\n"), timeout_s=HOSTILE_TIMEOUT_S)["timeout"]
+        == 1.0
+    )
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="as root only: the opt-out still drops to nobody")
