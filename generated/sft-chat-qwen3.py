@@ -4,6 +4,7 @@
   Method : sft: Supervised fine-tuning on the demonstrations (loss on completion tokens only).
   Task   : chat: General assistant conversations.
   Model  : Qwen/Qwen3-4B-Instruct-2507 (dense, 4B, context 262144, thinking none)
+  Format : tml-renderers Qwen3.instruct; a demonstration trains ANSWER<|im_end|> (↵: a newline)
   Loss   : cross_entropy on the demonstration tokens
   LoRA rank 32, 60 steps, learning rate 0.000491
 
@@ -14,7 +15,7 @@ Tinker primitives used in this file:
   save_state              checkpoint weights + optimizer for --resume
 
 Run it on Tinker:
-  pip install tinker==0.38.0
+  pip install tinker==0.38.0 tml-renderers==0.2.1 torch==2.13.0
   export TINKER_API_KEY=tml-...
   python sft-chat-qwen3.py \
     --data recipes/data/sft-chat.jsonl \
@@ -35,10 +36,10 @@ Dataset JSONL, one object per line (--data, and --eval-data for a held-out set t
 never trained on):
   {"prompt": str | [messages], "completion": str | [assistant and tool messages]}
 A prompt is a string or a list of chat messages ({"role": ..., "content": ...}); it is rendered
-with the model's own chat template.
+in the model's own chat format (Format above), and only the model's own tokens are trained.
 
 Outputs (in the directory of --log, runs/<out>/ by default):
-  metrics.jsonl      one JSON object per line: step, split ("train" or "eval"), loss, n_datums, ...
+  metrics.jsonl      one JSON object per line: step, split, train/..., eval/..., optim/..., time/step
   checkpoints.jsonl  one line per save_state: step, name, path; --resume reads it
 
 Every flag overrides the constant of the same name below (see --help):

@@ -29,6 +29,31 @@ def server(tmp_path_factory):
     stop_server(process)
 
 
+@pytest.fixture(scope="session")
+def family_server(tmp_path_factory):
+    """family_server(base_model) -> base URL of the `rtc serve --model tiny-<family>` that serves that
+    model in its family's real vocabulary; each started once, on first use."""
+    pytest.importorskip("tml_renderers")
+    from rtc.runner import start_server, stop_server
+    from rtc.server.family_models import FAMILY_MODELS
+
+    running: dict[str, tuple] = {}
+
+    def url_for(base_model: str) -> str:
+        family = next(f for f in FAMILY_MODELS.values() if f.serves(base_model))
+        if family.name not in running:
+            state = tmp_path_factory.mktemp(f"serve-{family.name}")
+            log = state / "serve.log"
+            running[family.name] = start_server(
+                family.name, state_dir=state, log_path=log, api_key="tml-local"
+            )
+        return running[family.name][1]
+
+    yield url_for
+    for process, _ in running.values():
+        stop_server(process)
+
+
 @pytest.fixture
 def run_loop(server, tmp_path):
     """run_loop(card_name, *args) -> CompletedProcess; the loop's cwd is tmp_path."""

@@ -1,5 +1,8 @@
 """Every card in recipes/ runs its generated loop for a few steps on its example data through the
-real SDK and rtc serve, exits 0, and leaves the metrics and checkpoints a user expects."""
+real SDK and rtc serve, exits 0, and leaves the metrics and checkpoints a user expects: each against
+the tiny model of its own family (its real vocabulary and special tokens, so the loop renders, trains,
+stops and parses in the family's format), and one against a stand-in model of another tokenizer (the
+loop then uses that model's own chat template)."""
 
 from __future__ import annotations
 
@@ -8,6 +11,15 @@ import yaml
 from e2e_kit import DATA, ROOT, read_jsonl
 
 CARDS = sorted((ROOT / "recipes").glob("*.yaml"))
+# What each card's loop says it renders with, against its family's model.
+FORMAT_NAME = {
+    "Qwen/Qwen3-4B-Instruct-2507": "tml-renderers Qwen3.instruct",
+    "Qwen/Qwen3-8B": "tml-renderers Qwen3, thinking on",
+    "openai/gpt-oss-20b": "tml-renderers GptOss.medium",
+    "deepseek-ai/DeepSeek-V3.1": "tml-renderers DeepSeekV31, thinking off",
+    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": "tml-renderers Nemotron3, thinking on",
+    "meta-llama/Llama-3.1-8B-Instruct": "the chat template of meta-llama/Llama-3.1-8B-Instruct",
+}
 
 # Small sizes so every loop runs in seconds on the tiny model; the loop's code paths are all used.
 SIZES = {
@@ -28,8 +40,20 @@ COMMON = {"step", "split", "train/loss", "train/n_datums", "optim/lr", "time/ste
 
 
 @pytest.mark.parametrize("card", CARDS, ids=[c.stem for c in CARDS])
-def test_card_trains_through_the_sdk(run_loop, tmp_path, card):
+def test_card_trains_in_its_familys_format(run_loop, family_server, tmp_path, card):
     spec = yaml.safe_load(card.read_text())
+    result = check_card_run(run_loop, tmp_path, spec, url=family_server(spec["model"]))
+    assert f"chat format: {FORMAT_NAME[spec['model']]}" in result.stdout, result.stdout
+
+
+def test_a_stand_in_model_is_rendered_with_its_own_chat_template(run_loop, tmp_path):
+    spec = yaml.safe_load((ROOT / "recipes" / "grpo-json-gpt-oss.yaml").read_text())
+    result = check_card_run(run_loop, tmp_path, spec)  # the `tiny` server: ChatML, not harmony
+    assert "chat format: rtc/tiny (its chat template)" in result.stdout, result.stdout
+    assert "not a model of this format" in result.stdout
+
+
+def check_card_run(run_loop, tmp_path, spec: dict, url: str | None = None):
     result = run_loop(
         spec["name"],
         "--data",
@@ -43,6 +67,7 @@ def test_card_trains_through_the_sdk(run_loop, tmp_path, card):
         "--save-every",
         "2",
         *SIZES[spec["method"]],
+        url=url,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
@@ -61,3 +86,4 @@ def test_card_trains_through_the_sdk(run_loop, tmp_path, card):
     assert [c["step"] for c in checkpoints] == [1, 2]
     assert all(c["path"].startswith("tinker://") for c in checkpoints)
     assert "sample from the trained weights:" in result.stdout
+    return result
