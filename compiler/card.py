@@ -79,20 +79,46 @@ def load_card(path: str | Path) -> RawCard:
     return parse_card(text, str(path))
 
 
+# YAML structures whose opening a syntax error can be far from: reported where they opened.
+_UNCLOSED = ("flow sequence", "flow mapping", "quoted scalar")
+
+
+def _line_col(text: str, position: int) -> tuple[int, int]:
+    before = text[:position]
+    return before.count("\n") + 1, position - (before.rfind("\n") + 1) + 1
+
+
 def parse_card(text: str, file: str) -> RawCard:
     """Parse card text; every problem is reported as a `CardError` located in `file`."""
-    loader = _CardLoader(text)
+    loader = None
     try:
+        loader = _CardLoader(text)
         node = loader.get_single_node()
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow (NUL, other controls)
+        line, col = _line_col(text, exc.position)
+        character = chr(exc.character) if isinstance(exc.character, int) else exc.character
+        message = f"invalid YAML: the character {character!r} is not allowed in a card; remove it"
+        raise CardError([Problem(file, line, col, "", message)]) from None
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
         message = " ".join(str(exc.problem or exc).split())
-        raise CardError([Problem(file, line, col, "", f"invalid YAML: {message}")]) from None
+        opened, found = exc.context_mark, exc.problem_mark
+        context = " ".join(str(exc.context or "").split())
+        unclosed = next((what for what in _UNCLOSED if context.endswith(what)), None)
+        if unclosed and opened is not None and found is not None and opened.line != found.line:
+            # An unclosed bracket or quote: point at where it opened, say where YAML noticed.
+            where = f"line {found.line + 1}, column {found.column + 1}"
+            message = f"invalid YAML: the {unclosed} opened here is not closed ({message} at {where})"
+            line, col = opened.line + 1, opened.column + 1
+        else:
+            mark = found or opened
+            line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+            message = f"invalid YAML: {message}"
+        raise CardError([Problem(file, line, col, "", message)]) from None
     except yaml.YAMLError as exc:
         raise CardError([Problem(file, 1, 1, "", f"invalid YAML: {exc}")]) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if node is None:
         raise CardError([Problem(file, 1, 1, "", "the card is empty; start from `rtc new`")])
     if not isinstance(node, yaml.MappingNode):

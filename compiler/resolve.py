@@ -47,6 +47,7 @@ class ResolvedCard:
     save_every: int
     seed: int
     max_length: int
+    overlong: str  # "refuse" | "cut": what a row longer than the context does
     system_prompt: str | None
     data_train: str | None
     data_eval: str | None
@@ -133,6 +134,7 @@ def resolve(card: RawCard, source: str | None = None) -> ResolvedCard:
         save_every=int(pick("save_every", defaults["save_every"])),
         seed=int(pick("seed", defaults["seed"])),
         max_length=int(max_length),
+        overlong=str(pick("overlong", defaults["overlong"])),
         system_prompt=data["system_prompt"] if "system_prompt" in data else task.system_prompt,
         data_train=data_section.get("train"),
         data_eval=data_section.get("eval"),

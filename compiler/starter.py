@@ -71,7 +71,8 @@ def starter_card(*, signal: str, method: str, task: str, model: str, name: str |
         shown = str(value).lower() if isinstance(value, bool) else value
         lines.append(f"{used.name}: {shown}  # {used.comment}")
     lines += [
-        f"{name}: {defaults[name]}  # {fields[name].starter}" for name in ("eval_every", "save_every", "seed")
+        f"{name}: {defaults[name]}  # {fields[name].starter}"
+        for name in ("eval_every", "save_every", "seed", "overlong")
     ]
     lines += [
         "# system_prompt: null  # default: the task's system prompt",

@@ -61,6 +61,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import random
 import re
@@ -95,7 +96,8 @@ TOP_P = 1.0  # nucleus sampling; 1.0 = off
 EVAL_EVERY = 10  # --eval-every: score --eval-data every N steps; 0 = never
 SAVE_EVERY = 10  # --save-every: save_state every N steps (always at the end); 0 = end only
 SEED = 0  # --seed: data order and sampling seed
-MAX_LENGTH = 1048576  # longest prompt + completion in tokens; longer prompts lose their start
+MAX_LENGTH = 1048576  # longest prompt + completion in tokens (and the service's context)
+OVERLONG = "refuse"  # a longer row: "refuse" the run before step 0, or "cut" its prompt
 # Prepended to every prompt unless the row brings its own system message.
 SYSTEM_PROMPT = (
     "You are a tool-using assistant. Call a tool when you need a fact, read its result, then answer briefly."
@@ -173,12 +175,25 @@ def demonstration_datums(fmt, row: dict) -> list[types.Datum]:
     return [example_datum(tokens, weights) for tokens, weights in fmt.examples(messages)]
 
 
+def demonstration_length(fmt, row: dict) -> int:
+    """The longest sequence a demonstration makes (one per trained turn), uncut."""
+    messages = conversation(row["prompt"], row["completion"])
+    return max(len(tokens) for tokens, _ in fmt.examples(messages, cut=False))
+
+
 async def evaluate(training, fmt, eval_rows: list[dict], log: RunLog, args, step: int) -> None:
     """Per-token loss of the held-out demonstrations under the current weights (forward only)."""
     datums_D = [datum for row in eval_rows for datum in demonstration_datums(fmt, row)]
     loss = loss_per_token(await training.forward(datums_D, "cross_entropy"), datums_D)
     log.write({"step": step, "split": "eval", "eval/loss": loss, "eval/n_datums": len(datums_D)})
     print(f"step {step:4d} | eval loss {loss:.4f} | {len(eval_rows)} demonstrations")
+
+
+def row_length(fmt, row: dict, args) -> int:
+    """The longest sequence a demonstration makes: its teacher prompt and --max-tokens of rewrite,
+    or the demonstration itself (its fallback)."""
+    teacher = len(fmt.prompt(teacher_messages(row), room=None).tokens) + args.max_tokens
+    return max(teacher, demonstration_length(fmt, row))
 
 
 async def rewrite(sampler, fmt, rows: list[dict], args, step: int) -> tuple[list, Counter]:
@@ -315,11 +330,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", default=BASE_MODEL, help="base model to train")
     parser.add_argument("--dry-run", action="store_true", help="check data, print the plan; no network")
     args = parser.parse_args(argv)
+    for name, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            parser.error(f"--{name.replace('_', '-')} must be a finite number, not {value}")
     for name in ("steps", "rank", "max_tokens", "group_size", "prompts_per_step"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.lr <= 0:
         parser.error("--lr must be greater than 0")
+    if args.temperature < 0:
+        parser.error("--temperature must be 0 or more")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", args.out) or ".." in args.out:
+        parser.error(
+            f"--out {args.out!r} names the run's checkpoints: use up to 100 letters, digits, '.', '_' "
+            "or '-', starting with a letter or digit, without '..'"
+        )
     if args.log is None:
         args.log = str(Path("runs") / args.out / "metrics.jsonl")
     return args
@@ -338,28 +363,41 @@ ROW_KEYS = {"prompt": "messages", "completion": "turns"}
 ROLES = ("system", "user", "assistant", "tool")
 
 
-def load_dataset(path: str) -> list[dict]:
-    """Read a JSONL dataset and check every row; raise DataError naming the file and line."""
+class Rows(list):
+    """A dataset's rows, and where each came from (`file:line`), for messages about a row."""
+
+    def __init__(self, rows: list[dict], origins: list[str]):
+        super().__init__(rows)
+        self.origins = origins
+
+
+def load_dataset(path: str) -> Rows:
+    """Read a JSONL dataset and check every row fully; raise DataError naming the file and line."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
     except OSError as exc:
         raise DataError(f"{path}: cannot read: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    rows = []
-    for line_no, line in enumerate(text.split("\n"), 1):  # not splitlines(): JSON strings may hold U+2028
+    rows, origins = [], []
+    for line_no, raw in enumerate(data.split(b"\n"), 1):  # not splitlines(): strings may hold U+2028
+        where = f"{path}:{line_no}"
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DataError(f"{where}: not UTF-8 text (column {exc.start + 1})") from None
         if not line.strip():
             continue
-        where = f"{path}:{line_no}"
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
             raise DataError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        except RecursionError:
+            raise DataError(f"{where}: JSON nested too deeply to be a row") from None
         check_row(row, where)
         rows.append(row)
+        origins.append(where)
     if not rows:
         raise DataError(f"{path}: no rows; expected one JSON object per line")
-    return rows
+    return Rows(rows, origins)
 
 
 def check_row(row: object, where: str) -> None:
@@ -375,8 +413,8 @@ def check_row(row: object, where: str) -> None:
             check_messages(row[key], key, where, roles=("assistant", "tool"))
             if row[key][-1]["role"] != "assistant":
                 raise DataError(f"{where}: {key!r} must end with the assistant's answer")
-        elif not isinstance(row[key], wanted := dict if kind == "object" else str):
-            raise DataError(f"{where}: {key!r} must be a {wanted.__name__}, got {type(row[key]).__name__}")
+        elif not isinstance(row[key], str):
+            raise DataError(f"{where}: {key!r} must be a str, got {type(row[key]).__name__}")
 
 
 def check_messages(messages: object, key: str, where: str, roles: tuple[str, ...] = ROLES) -> None:
@@ -459,12 +497,24 @@ class Reply:
     error: str | None = None  # why the sampled tokens did not parse, if they did not
 
 
-def cut_to_length(fmt, tokens: list[int], weights: list[float] | None = None) -> tuple[list, list | None]:
-    """Keep the last MAX_LENGTH tokens (a prompt loses its start; the trained end is kept), counted."""
-    if len(tokens) <= MAX_LENGTH:
+def cut_to_length(fmt, tokens: list[int], weights: list[float], cut: bool) -> tuple[list, list]:
+    """Keep the last fmt.max_length tokens (a prompt loses its start, the trained end is kept), counted."""
+    if not cut or len(tokens) <= fmt.max_length:
         return tokens, weights
     fmt.truncated += 1
-    return tokens[-MAX_LENGTH:], None if weights is None else weights[-MAX_LENGTH:]
+    return tokens[-fmt.max_length :], weights[-fmt.max_length :]
+
+
+def cut_prompt(fmt, tokens: list[int], room: int | None) -> list[int]:
+    """A prompt that leaves `room` tokens for the answer: it loses its start if it must, counted.
+    room None: the prompt as rendered, uncut (to measure it)."""
+    if room is None:
+        return tokens
+    budget = max(fmt.max_length - room, 1)
+    if len(tokens) <= budget:
+        return tokens
+    fmt.truncated += 1
+    return tokens[-budget:]
 
 
 class TmlFormat:
@@ -477,25 +527,22 @@ class TmlFormat:
 
         self.renderer, self.name, self.chat = renderer, name, chat
         self.stop = list(renderer.stop())
-        self.truncated = 0  # sequences cut to MAX_LENGTH so far, reported in the metrics
+        self.max_length = MAX_LENGTH  # lowered to the service's context once connected
+        self.truncated = 0  # sequences cut to max_length so far, reported in the metrics
 
-    def prompt(self, messages: list[dict], room: int = 0) -> Prompt:
+    def prompt(self, messages: list[dict], room: int | None = 0) -> Prompt:
         conversation = self.chat.OpenAIMessage.from_oss_messages(messages)
         spans, parser = self.renderer.render_for_completion(conversation)
         tokens = [token for span in spans for token in span.span.tokens]
-        budget = max(MAX_LENGTH - room, 1)
-        if len(tokens) > budget:
-            self.truncated += 1
-            tokens = tokens[-budget:]
-        return Prompt(tokens, parser)
+        return Prompt(cut_prompt(self, tokens, room), parser)
 
-    def examples(self, messages: list[dict]) -> list[tuple[list[int], list[float]]]:
+    def examples(self, messages: list[dict], cut: bool = True) -> list[tuple[list[int], list[float]]]:
         """Tokens and per-token weights of a conversation: weight 1 on the model's own tokens."""
         out = []
         for example in self.renderer.render_for_sft(self.chat.OpenAIMessage.from_oss_messages(messages)):
             tokens = [token for span in example.input_token_spans for token in span.span.tokens]
             weights = [float(weight) for weight in example.per_token_loss_weight_unshifted]
-            out.append(cut_to_length(self, tokens, weights))
+            out.append(cut_to_length(self, tokens, weights, cut))
         return out
 
     def reply(self, prompt: Prompt, tokens: list[int], stop_reason: str) -> Reply:
@@ -528,21 +575,17 @@ class TemplateFormat:
         else:  # another model (--model, a local stand-in) has other special tokens
             self.stop = [tokenizer.eos_token_id]
             print(f"note: end of turn taken from the tokenizer: {tokenizer.eos_token!r}")
-        self.truncated = 0  # sequences cut to MAX_LENGTH so far, reported in the metrics
+        self.max_length = MAX_LENGTH  # lowered to the service's context once connected
+        self.truncated = 0  # sequences cut to max_length so far, reported in the metrics
 
     def render(self, messages: list[dict], open_turn: bool) -> list[int]:
         text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=open_turn)
         return self.tokenizer.encode(text, add_special_tokens=False)
 
-    def prompt(self, messages: list[dict], room: int = 0) -> Prompt:
-        tokens = self.render(messages, open_turn=True)
-        budget = max(MAX_LENGTH - room, 1)
-        if len(tokens) > budget:
-            self.truncated += 1
-            tokens = tokens[-budget:]
-        return Prompt(tokens)
+    def prompt(self, messages: list[dict], room: int | None = 0) -> Prompt:
+        return Prompt(cut_prompt(self, self.render(messages, open_turn=True), room))
 
-    def examples(self, messages: list[dict]) -> list[tuple[list[int], list[float]]]:
+    def examples(self, messages: list[dict], cut: bool = True) -> list[tuple[list[int], list[float]]]:
         """One example per assistant turn: its history as the prompt, weight 1 on the turn's tokens."""
         out = []
         for i, message in enumerate(messages):
@@ -558,7 +601,7 @@ class TemplateFormat:
             turn = full[len(prompt) :]
             ends = [k for k, token in enumerate(turn) if token in self.stop]
             turn = turn[: ends[0] + 1] if ends else turn  # not what the template adds after the turn
-            out.append(cut_to_length(self, prompt + turn, [0.0] * len(prompt) + [1.0] * len(turn)))
+            out.append(cut_to_length(self, prompt + turn, [0.0] * len(prompt) + [1.0] * len(turn), cut))
         return out
 
     def reply(self, prompt: Prompt, tokens: list[int], stop_reason: str) -> Reply:
@@ -618,9 +661,13 @@ class RunLog:
     """metrics.jsonl and checkpoints.jsonl, side by side in one directory."""
 
     def __init__(self, metrics_path: str):
+        """Open the log for appending now, so a path that cannot be written fails before training."""
         self.metrics = Path(metrics_path)
         self.checkpoints = self.metrics.with_name("checkpoints.jsonl")
         self.metrics.parent.mkdir(parents=True, exist_ok=True)
+        for path in (self.metrics, self.checkpoints):
+            with path.open("a", encoding="utf-8"):
+                pass
 
     def write(self, record: dict) -> None:
         with self.metrics.open("a", encoding="utf-8") as handle:
@@ -633,8 +680,17 @@ class RunLog:
     def find_checkpoint(self, wanted: str) -> dict:
         """The checkpoints.jsonl record for a tinker:// path, or the latest for "latest"."""
         records = []
-        if self.checkpoints.exists():
-            records = [json.loads(line) for line in self.checkpoints.read_text().splitlines() if line.strip()]
+        for line_no, line in enumerate(self.checkpoints.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                raise SystemExit(f"error: --resume: {self.checkpoints}:{line_no}: not valid JSON") from None
+            valid = isinstance(record, dict) and isinstance(record.get("step"), int) and record.get("path")
+            if not valid:
+                raise SystemExit(f"error: --resume: {self.checkpoints}:{line_no}: not a checkpoint record")
+            records.append(record)
         if wanted == "latest":
             if not records:
                 raise SystemExit(f"error: --resume: no checkpoints in {self.checkpoints}")
@@ -648,10 +704,18 @@ class RunLog:
         """Drop metrics of steps after `step`: a resumed run redoes them, so none is logged twice."""
         if not self.metrics.exists():
             return
-        kept = [line for line in self.metrics.read_text().splitlines() if json.loads(line)["step"] <= step]
+        kept = [line for line in self.metrics.read_text().splitlines() if logged_step(line) <= step]
         partial = self.metrics.with_name(self.metrics.name + ".tmp")
         partial.write_text("".join(line + "\n" for line in kept))
         partial.replace(self.metrics)  # atomic: a crash here cannot lose the log
+
+
+def logged_step(line: str) -> float:
+    """The step of a metrics.jsonl line; a line torn by a crash counts as after every step."""
+    try:
+        return json.loads(line)["step"]
+    except (json.JSONDecodeError, TypeError, KeyError):
+        return math.inf
 
 
 def optim_metrics(result) -> dict:
@@ -714,8 +778,38 @@ async def connect(args, log: RunLog) -> Session:
     # against a local server whose stand-in model has other tokens.
     served = training.get_info().model_data.model_name or args.model
     fmt = chat_format(served, training.get_tokenizer)
-    print(f"chat format: {fmt.name}")
+    context = await served_context(served)
+    if context is not None and context < fmt.max_length:
+        fmt.max_length = context
+    print(f"chat format: {fmt.name}; sequences up to {fmt.max_length} tokens")
     return Session(service, training, fmt, start, checkpoint)
+
+
+async def served_context(served: str) -> int | None:
+    """The context length the service reports for the model it trains, or None if it reports none.
+    A local server serves every name with one model: then its one entry is the one."""
+    models = (await tinker.RestClient().get_server_capabilities()).supported_models
+    entries = [m for m in models if m.model_name == served] or (models if len(models) == 1 else [])
+    return entries[0].max_context_length if entries else None
+
+
+def check_lengths(fmt, rows: Rows, args, flag: str) -> None:
+    """Every row against the longest sequence the model takes, before step 0. A longer row stops the
+    run here, named (OVERLONG "refuse"), or its prompt loses its start when it is used ("cut")."""
+    started = time.monotonic()
+    over = []
+    for row, origin in zip(rows, rows.origins, strict=True):
+        if (length := row_length(fmt, row, args)) > fmt.max_length:
+            over.append((origin, length))
+    print(f"checked {len(rows)} rows of {flag}: {len(over)} longer than {fmt.max_length} tokens", end="")
+    print(f" ({time.monotonic() - started:.1f}s)")
+    if over and OVERLONG == "refuse":
+        origin, length = over[0]
+        raise DataError(
+            f"{origin}: this row makes a sequence of {length} tokens, over the limit of {fmt.max_length} "
+            f"({len(over)} such row(s) in {flag}); shorten them, or cut their prompts with OVERLONG = "
+            '"cut" (the card\'s overlong: cut)'
+        )
 
 
 def adam_params(args) -> types.AdamParams:
@@ -804,10 +898,13 @@ class StopFlag:
         print("\ninterrupted: finishing this step and saving a checkpoint (Ctrl-C again to stop now)")
 
 
-async def run_session(args, rows: list[dict], eval_rows: list[dict], stop: StopFlag) -> None:
-    """Connect, train, and finish the Tinker session with how the run ended."""
-    log = RunLog(args.log)
+async def run_session(args, log: RunLog, rows: Rows, eval_rows: Rows, stop: StopFlag) -> None:
+    """Connect, check every row's length against the model, train, and finish the Tinker session
+    with how the run ended."""
     run = await connect(args, log)
+    check_lengths(run.fmt, rows, args, "--data")
+    if eval_rows:
+        check_lengths(run.fmt, eval_rows, args, "--eval-data")
     await train(run, log, args, rows, eval_rows, stop)
     # After an exception the session is left to time out: finishing it could hang on a dead connection.
     await run.service.close("interrupted" if stop.set else "success")
@@ -817,24 +914,37 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         rows = load_dataset(args.data)
-        eval_rows = load_dataset(args.eval_data) if args.eval_data else []
+        eval_rows = load_dataset(args.eval_data) if args.eval_data else Rows([], [])
+        print_plan(args, rows, eval_rows)
+        if args.dry_run:
+            fmt = local_format(args)
+            if fmt is not None:
+                print(f"   chat format: {fmt.name}")
+                check_lengths(fmt, rows, args, "--data")
+                if eval_rows:
+                    check_lengths(fmt, eval_rows, args, "--eval-data")
+            dry_run(args, rows, fmt)
+            return 0
     except DataError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print_plan(args, rows, eval_rows)
-    if args.dry_run:
-        fmt = local_format(args)
-        if fmt is not None:
-            print(f"   chat format: {fmt.name}")
-        dry_run(args, rows, fmt)
-        return 0
     if tinker is None:
         print("error: the Tinker SDK is not installed: pip install tinker==0.38.0", file=sys.stderr)
         return 1
+    try:
+        log = RunLog(args.log)
+    except OSError as exc:
+        print(f"error: --log {args.log}: cannot write there ({exc.strerror or exc})", file=sys.stderr)
+        return 2
+    if args.resume:
+        log.find_checkpoint(args.resume)  # a missing or corrupt list stops here, before connecting
     stop = StopFlag()
     signal.signal(signal.SIGINT, stop)
     try:
-        asyncio.run(run_session(args, rows, eval_rows, stop))
+        asyncio.run(run_session(args, log, rows, eval_rows, stop))
+    except DataError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except tinker.TinkerError as exc:
         print(f"error: Tinker: {exc}", file=sys.stderr)
         return 1

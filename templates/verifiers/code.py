@@ -923,6 +923,23 @@ def _code_run_sandboxed(
     return results, timed_out, sandbox_error
 
 
+def metadata_problem(metadata: dict) -> str | None:
+    """Why a row's metadata cannot be graded (checked on every row before training), or None."""
+    if not isinstance(metadata, dict):
+        return "must be an object"
+    if _code_test_steps(metadata.get("tests")) is None:
+        return 'needs "tests": a list of assert statements, or a string of test code that parses'
+    entry_point = metadata.get("entry_point")
+    if entry_point is not None and (not isinstance(entry_point, str) or not entry_point.isidentifier()):
+        return '"entry_point" must be the name of the function the tests call'
+    timeout = metadata.get("timeout_s")
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 60
+    ):
+        return '"timeout_s" must be a number of seconds in (0, 60]'
+    return None
+
+
 def verify(completion: str, metadata: dict) -> dict[str, float]:
     """Run the completion's code against metadata["tests"] and score the fraction of tests passed.
 

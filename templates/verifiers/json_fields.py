@@ -117,6 +117,18 @@ def _json_equal(actual: object, expected: object) -> bool:
     return type(actual) is type(expected) and actual == expected
 
 
+def metadata_problem(metadata: dict) -> str | None:
+    """Why a row's metadata cannot be graded (checked on every row before training), or None."""
+    if not isinstance(metadata, dict):
+        return "must be an object"
+    for key in ("schema", "expected"):
+        if key in metadata and not isinstance(metadata[key], dict):
+            return f'"{key}" must be an object'
+    if not isinstance(metadata.get("schema"), dict) and not isinstance(metadata.get("expected"), dict):
+        return 'needs "schema" (a JSON Schema object) and/or "expected" (the fields\' values)'
+    return None
+
+
 def verify(completion: str, metadata: dict) -> dict[str, float]:
     """Score JSON output against metadata["schema"] and/or metadata["expected"] (a dict field -> value).
 

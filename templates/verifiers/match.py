@@ -51,6 +51,23 @@ def _match_answers(metadata: dict) -> list[str]:
     return []
 
 
+def metadata_problem(metadata: dict) -> str | None:
+    """Why a row's metadata cannot be graded (checked on every row before training), or None."""
+    if not isinstance(metadata, dict):
+        return "must be an object"
+    pattern = metadata.get("pattern")
+    if pattern is not None:
+        if not isinstance(pattern, str) or not pattern:
+            return '"pattern" must be a non-empty string (a regular expression)'
+        try:
+            re.compile(pattern)
+        except (re.error, RecursionError, OverflowError) as exc:
+            return f'"pattern" is not a regular expression: {exc}'
+    if not _match_answers(metadata) and pattern is None:
+        return 'needs "answer" (a string, a number or a list of strings) or "pattern" (a regular expression)'
+    return None
+
+
 def verify(completion: str, metadata: dict) -> dict[str, float]:
     """Score a short answer against metadata["answer"] and/or metadata["pattern"].
 

@@ -230,6 +230,13 @@ def _math_reference(metadata: object) -> str | None:
     return None
 
 
+def metadata_problem(metadata: dict) -> str | None:
+    """Why a row's metadata cannot be graded (checked on every row before training), or None."""
+    if _math_reference(metadata) is None:
+        return 'needs "answer": a number or a non-empty string'
+    return None
+
+
 def verify(completion: str, metadata: dict) -> dict[str, float]:
     """Score a math completion against metadata["answer"] (a string or a number).
 

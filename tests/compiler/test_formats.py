@@ -296,13 +296,17 @@ def test_a_template_that_is_not_a_prefix_is_refused(chatml_tokenizer):
         fmt.examples(loop.conversation("q", "a"))
 
 
-def test_cut_to_length_keeps_the_trained_end_and_counts(chatml_tokenizer, monkeypatch):
+def test_cut_to_length_keeps_the_trained_end_and_counts(chatml_tokenizer):
     loop = load_loop(GENERATED / "sft-chat-qwen3.py", "cut_qwen3")
     fmt = loop.TemplateFormat(chatml_tokenizer, "tiny")
-    ((full, _),) = fmt.examples(loop.conversation("Hello there, how are you today?", "Fine."))
-    monkeypatch.setattr(loop, "MAX_LENGTH", len(full) - 3)
-    ((tokens, weights),) = fmt.examples(loop.conversation("Hello there, how are you today?", "Fine."))
+    messages = loop.conversation("Hello there, how are you today?", "Fine.")
+    ((full, _),) = fmt.examples(messages)
+    fmt.max_length = len(full) - 3  # the service's context, once connected
+    ((tokens, weights),) = fmt.examples(messages)
     assert tokens == full[3:] and len(weights) == len(tokens) and fmt.truncated == 1
+    assert fmt.examples(messages, cut=False)[0][0] == full and fmt.truncated == 1  # measured, not cut
+    prompt = fmt.prompt(messages[:-1], room=5)
+    assert len(prompt.tokens) == fmt.max_length - 5 and fmt.truncated == 2
 
 
 RL_LOSSES = {"importance_sampling": {}, "ppo": {}, "cispo": {}, "dro": {"beta": 0.05}}

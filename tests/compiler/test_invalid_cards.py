@@ -121,9 +121,36 @@ CASES = [
         ["card.yaml:1:1: (card): a card must be a mapping of fields (key: value)"],
     ),
     (
-        "broken YAML",
-        "name: a\ntitle: [unclosed\n",
-        ["card.yaml:3:1: (card): invalid YAML: expected ',' or ']', but got '<stream end>'"],
+        "broken YAML: reported where the bracket opened",
+        "name: a\ntitle: [unclosed\nsignal: environment\n",
+        [
+            "card.yaml:2:8: (card): invalid YAML: the flow sequence opened here is not closed "
+            "(expected ',' or ']', but got ':' at line 3, column 7)"
+        ],
+    ),
+    (
+        "a NUL byte",
+        "name: a\ntitle: t\x00\n",
+        ["card.yaml:2:9: (card): invalid YAML: the character '\\x00' is not allowed in a card; remove it"],
+    ),
+    (
+        "a ratio loss sampled at a temperature other than 1",
+        "name: a\ntitle: t\nsignal: environment\nmethod: grpo\ntask: math\nmodel: Qwen/Qwen3-8B\nloss: ppo\n"
+        "sampling:\n  temperature: 0.8\n",
+        [
+            "card.yaml:9:16: sampling.temperature: ppo compares the trainer's logprobs (at temperature 1) "
+            "with the sampler's (at the sampling temperature): at 0.8 their ratio is off from the first step "
+            "and rare tokens get clipped; use temperature 1 (tinker-cookbook pins it for RL)"
+        ],
+    ),
+    (
+        "a thinking switch on a model without one",
+        "name: a\ntitle: t\nsignal: demonstrations\nmethod: sft\ntask: chat\nmodel: openai/gpt-oss-20b\n"
+        "thinking: off\n",
+        [
+            "card.yaml:7:1: thinking: openai/gpt-oss-20b has no thinking switch (its format, gpt-oss, is "
+            "always only); remove it"
+        ],
     ),
     (
         "empty file",

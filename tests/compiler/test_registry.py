@@ -52,7 +52,11 @@ REPEATS = 2  # each demonstration is trained on this many times per step
 {% include "parts/demonstrations.j2" %}
 
 
-def dry_run(args, rows: list[dict], tokenizer) -> None:
+def row_length(fmt, row: dict, args) -> int:
+    return demonstration_length(fmt, row)
+
+
+def dry_run(args, rows: list[dict], fmt) -> None:
     print(f"toy dry run: {len(rows)} rows, {REPEATS} repeats")
 {% endblock %}
 {% block step %}

@@ -39,7 +39,8 @@ def test_bad_row_mid_file_names_file_and_line(run_loop, tmp_path):
     )
     result = run_loop("sft-chat-qwen3", "--data", bad, "--steps", "2")
     assert result.returncode == 2
-    assert result.stderr.strip() == f"error: {bad}:6: 'completion' must be a str, got list"
+    expected = f'error: {bad}:6: completion[0] must be {{"role": one of assistant, tool, "content": str}}'
+    assert result.stderr.strip() == expected
     assert not (tmp_path / "runs").exists()  # nothing started
 
 
