@@ -21,7 +21,7 @@ PREFERRED = [
     "skipped_frac",
 ]
 # Bookkeeping, not curves (the name after the namespace).
-SKIPPED = {"n_datums", "n_tokens", "n_samples", "sampled_tokens", "truncated"}
+SKIPPED = {"n_datums", "n_tokens", "n_samples", "sampled_tokens", "cut_to_length"}
 # The optimizer's own echo of its step count and rate (optim/lr is the loop's).
 SKIPPED_KEYS = {"optim/step", "optim/learning_rate"}
 SPLITS = ("train", "eval")

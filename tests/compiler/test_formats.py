@@ -163,17 +163,17 @@ def test_gpt_oss_grader_reads_the_final_channel_not_the_analysis():
         f"<|channel|>analysis<|message|>{right}<|end|><|start|>assistant<|channel|>final<|message|>{wrong}<|return|>",
     )
     assert draft_right.answer == wrong and right in draft_right.thinking
-    assert loop.grade((draft_right, metadata))["reward"] < 1.0
+    assert loop.grade((draft_right, metadata, False))["reward"] < 1.0
     final_right = sampled(
         loop,
         fmt,
         f"<|channel|>analysis<|message|>{wrong}<|end|><|start|>assistant<|channel|>final<|message|>{right}<|return|>",
     )
-    assert loop.grade((final_right, metadata))["reward"] == 1.0
+    assert loop.grade((final_right, metadata, False))["reward"] == 1.0
     # Only a draft, cut at max_tokens: nothing to grade.
     cut = sampled(loop, fmt, f"<|channel|>analysis<|message|>{right}", stop_reason="length")
     assert not cut.ended
-    assert loop.grade((cut, metadata)) == {"reward": 0.0, "correct": 0.0, "truncated": 1.0}
+    assert loop.grade((cut, metadata, False)) == {"reward": 0.0, "correct": 0.0, "truncated": 1.0}
 
 
 def test_thinking_is_never_graded_and_a_cut_off_answer_earns_nothing():
@@ -181,25 +181,23 @@ def test_thinking_is_never_graded_and_a_cut_off_answer_earns_nothing():
     fmt = loop.family_format(tokenizer=None)
     metadata = {"answer": "42"}
     thought_right = sampled(loop, fmt, "<think>\nit is \\boxed{42}\n</think>\n\n\\boxed{41}<|im_end|>")
-    assert thought_right.answer == "\\boxed{41}" and loop.grade((thought_right, metadata))["reward"] == 0.0
+    assert (
+        thought_right.answer == "\\boxed{41}"
+        and loop.grade((thought_right, metadata, False))["reward"] == 0.0
+    )
     right = sampled(loop, fmt, "<think>\nhmm\n</think>\n\n\\boxed{42}<|im_end|>")
-    assert loop.grade((right, metadata))["reward"] == 1.0
+    assert loop.grade((right, metadata, False))["reward"] == 1.0
     # "... so the answer is 42. Hmm, wait" cut at max_tokens: the old loop graded the whole draft.
     cut = sampled(loop, fmt, "<think>\nso the answer is \\boxed{42}. Hmm, wait", stop_reason="length")
-    verdict = loop.grade((cut, metadata))
+    verdict = loop.grade((cut, metadata, False))
     assert verdict["reward"] == 0.0 and verdict["truncated"] == 1.0
-    # The card option GRADE_TRUNCATED grades a cut-off turn's answer, if it has one.
-    loop.GRADE_TRUNCATED = True
-    try:
-        cut_after_answer = sampled(
-            loop, fmt, "<think>\nok\n</think>\n\n\\boxed{42} and", stop_reason="length"
-        )
-        assert loop.grade((cut_after_answer, metadata))["reward"] == 1.0
-    finally:
-        loop.GRADE_TRUNCATED = False
+    # --grade-truncated (the card's grade_truncated) grades a cut-off turn's answer, if it has one.
+    cut_after_answer = sampled(loop, fmt, "<think>\nok\n</think>\n\n\\boxed{42} and", stop_reason="length")
+    assert loop.grade((cut_after_answer, metadata, True))["reward"] == 1.0
+    assert loop.parse_args(["--data", "d", "--grade-truncated"]).grade_truncated is True
     # Thinking that never closes has no answer, even when the turn ended.
     unclosed = sampled(loop, fmt, "<think>\n\\boxed{42}<|im_end|>")
-    assert unclosed.answer is None and loop.grade((unclosed, metadata))["no_answer"] == 1.0
+    assert unclosed.answer is None and loop.grade((unclosed, metadata, False))["no_answer"] == 1.0
 
 
 def test_verifier_scores_are_logged_as_metrics():

@@ -208,7 +208,7 @@ def test_grade_turns_a_verifier_crash_into_zero(monkeypatch):
         raise RuntimeError("bug")
 
     monkeypatch.setattr(grpo, "verify", broken)
-    verdict = grpo.grade((grpo.Reply("x", "", True), {}))
+    verdict = grpo.grade((grpo.Reply("x", "", True), {}, False))
     assert verdict["reward"] == 0.0 and verdict["verifier_error"] == 1.0
 
 

@@ -46,6 +46,6 @@ def test_bookkeeping_is_not_plotted_and_nothing_numeric_is_an_error(tmp_path):
     from rtc.errors import UsageError
 
     metrics = tmp_path / "m.jsonl"
-    metrics.write_text('{"step": 0, "split": "train", "train/n_datums": 4, "train/truncated": 0}\n')
+    metrics.write_text('{"step": 0, "split": "train", "train/n_datums": 4, "train/cut_to_length": 0}\n')
     with pytest.raises(UsageError, match="no numeric metrics"):
         plot_metrics(metrics, tmp_path / "c.png")

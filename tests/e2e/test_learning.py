@@ -131,6 +131,7 @@ def test_grpo_raises_the_reward_of_a_toy_task(run_loop, tmp_path):
         "0",
         "--save-every",
         "0",
+        "--grade-truncated",  # 4 tokens rarely reach the end of a turn: grade what is there
     )
     assert result.returncode == 0, result.stderr
     rewards = [

@@ -22,7 +22,8 @@ def rtc(*args: object, cwd) -> subprocess.CompletedProcess:
 
 def server_processes(cwd) -> set[str]:
     """Servers started by an `rtc run` in ``cwd`` (other tests on the machine start their own)."""
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    # -ww: whole command lines (ps cuts them to the terminal's width, which pytest may set)
+    out = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
     found = set()
     for line in out.splitlines():
         if "-m rtc.server --port 0 --model tiny" in line:
@@ -167,6 +168,8 @@ def test_ctrl_c_under_rtc_run_reaches_the_loop_not_the_server(server, tmp_path):
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
+        for pid in server_processes(tmp_path):  # a failed test must not leave its server behind
+            os.kill(int(pid), signal.SIGKILL)
     assert process.returncode == 130, err
     checkpoints = (tmp_path / "runs" / "sft-chat-qwen3" / "checkpoints.jsonl").read_text().splitlines()
     assert len(checkpoints) == 1  # saved through the server, which the signal did not reach
