@@ -46,6 +46,7 @@ def explain_lines(card: ResolvedCard) -> list[str]:
         ("seed", card.seed, o["seed"]),
         ("max_length", card.max_length, o["max_length"]),
         ("overlong", card.overlong, o["overlong"]),
+        ("init_from", card.init_from or "- (fresh LoRA weights)", o["init_from"]),
         ("system_prompt", card.system_prompt, o["system_prompt"]),
         ("end_of_turn", list(card.model.end_of_turn) or "(from the tokenizer)", "catalog"),
         ("data.train", card.data_train or "-", o["data.train"]),

@@ -47,6 +47,7 @@ class ResolvedCard:
     save_every: int
     seed: int
     max_length: int
+    init_from: str | None  # a tinker:// checkpoint to start from (weights only), or None
     overlong: str  # "refuse" | "cut": what a row longer than the context does
     system_prompt: str | None
     data_train: str | None
@@ -135,6 +136,7 @@ def resolve(card: RawCard, source: str | None = None) -> ResolvedCard:
         seed=int(pick("seed", defaults["seed"])),
         max_length=int(max_length),
         overlong=str(pick("overlong", defaults["overlong"])),
+        init_from=pick("init_from", None),
         system_prompt=data["system_prompt"] if "system_prompt" in data else task.system_prompt,
         data_train=data_section.get("train"),
         data_eval=data_section.get("eval"),

@@ -102,3 +102,58 @@ def test_dpo_resume_keeps_the_original_reference(run_loop, tmp_path):
         assert record["train/margin"] == pytest.approx(
             uninterrupted[record["step"]]["train/margin"], rel=1e-3, abs=1e-5
         )
+
+
+def test_init_from_starts_a_new_run_from_another_runs_weights(run_loop, tmp_path):
+    """Runs chain: the second run's first eval (before any step) scores exactly the first run's final
+    weights, and its checkpoints and log are its own."""
+    common = ["--eval-data", DATA / "sft-chat.eval.jsonl", "--batch-size", "4", "--max-tokens", "4"]
+    first = run_loop(
+        "sft-chat-qwen3",
+        "--data",
+        DATA / "sft-chat.jsonl",
+        "--steps",
+        "3",
+        "--lr",
+        "1e-2",
+        "--eval-every",
+        "3",
+        "--out",
+        "first",
+        *common,
+    )
+    assert first.returncode == 0, first.stderr
+    first_dir = tmp_path / "runs" / "first"
+    final = [r for r in read_jsonl(first_dir / "metrics.jsonl") if r["split"] == "eval"][-1]
+    assert final["step"] == 3
+
+    second = run_loop(
+        "sft-chat-qwen3",
+        "--data",
+        DATA / "sft-chat.jsonl",
+        "--steps",
+        "1",
+        "--eval-every",
+        "1",
+        "--out",
+        "second",
+        "--init-from",
+        first_dir / "checkpoints.jsonl",
+        *common,
+    )
+    assert second.returncode == 0, second.stderr
+    latest = read_jsonl(first_dir / "checkpoints.jsonl")[-1]["path"]
+    assert f"starting from {latest} (its weights; a fresh optimizer)" in second.stdout
+    start = [r for r in read_jsonl(tmp_path / "runs" / "second" / "metrics.jsonl") if r["split"] == "eval"][0]
+    assert start["step"] == 0
+    assert start["eval/loss"] == pytest.approx(final["eval/loss"], rel=1e-4, abs=1e-5)
+    assert [c["step"] for c in read_jsonl(tmp_path / "runs" / "second" / "checkpoints.jsonl")] == [0]
+
+
+def test_init_from_a_missing_checkpoint_list_is_refused_before_connecting(run_loop, tmp_path):
+    result = run_loop(
+        "sft-chat-qwen3", "--data", DATA / "sft-chat.jsonl", "--init-from", tmp_path / "nope.jsonl"
+    )
+    assert result.returncode == 1
+    assert f"error: --init-from: cannot read {tmp_path / 'nope.jsonl'}" in result.stderr
+    assert "Traceback" not in result.stderr
