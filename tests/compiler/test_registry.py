@@ -121,7 +121,7 @@ def test_a_method_is_one_registry_entry_and_one_template(tmp_path):
     loop = (tmp_path / "toy_loop.py").read_text(encoding="utf-8")
     assert "BATCH_SIZE = 5  # --batch-size: toy rows per step" in loop
     assert "STEPS = 7" in loop and "import itertools" in loop
-    assert "  --batch-size --max-tokens" in loop  # the header's flags come from the parser
+    assert "--init-from --batch-size --max-tokens" in loop  # the header's flags come from the parser
     lint = subprocess.run(
         [sys.executable, "-m", "ruff", "check", "--isolated", "--line-length", "110", "toy_loop.py"],
         cwd=tmp_path,
