@@ -24,7 +24,6 @@ from .engine import EngineUserError, LoraSettings
 from .futures import Outcome
 from .losses import LossInputError, check_inputs, check_loss
 from .protocol import ProtocolError, expect, optional, require
-from .sampling import generate
 from .service import Sampler, Session, TinkerService, tokenizer_location
 from .state import CheckpointNotFoundError, CheckpointPathError, CheckpointRef, check_name
 
@@ -372,9 +371,10 @@ def create_app(service: TinkerService) -> FastAPI:
     @app.post("/api/v1/asample")
     async def asample(request: Request):
         body = await json_body(request)
+        owner = None
         if body.get("sampling_session_id") is not None:
             sampler = service.sampler(body["sampling_session_id"])
-            adapter = sampler.adapter
+            adapter, owner = sampler.adapter, sampler.session_id
         elif body.get("model_path") is not None:
             raise ProtocolError("asample: create a sampling session for model_path first")
         else:
@@ -384,12 +384,7 @@ def create_app(service: TinkerService) -> FastAPI:
         service.check_tokens(prompt, "asample.prompt")
         sampling = protocol.sampling_request(body, prompt, service.engine.eos_token_ids())
 
-        def work() -> Outcome:
-            with service.engine.use(adapter) as model:
-                result = generate(model, service.engine.tokenizer, sampling, service.engine.max_length)
-            return Outcome(proto=protocol.encode_sample(result))
-
-        request_id = service.spawn(work)
+        request_id = service.spawn_sample(sampling, adapter, owner)
         ids = [f"{request_id}:{i}" for i in range(sampling.num_samples)]
         return {"request_id": request_id, "sample_sequence_ids": ids}
 

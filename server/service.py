@@ -1,9 +1,11 @@
 """The server's state: sessions, training clients, samplers, futures, and the engine thread.
 
-Everything here runs on the event loop, except the engine calls, which go to a single worker
-thread (:meth:`TinkerService.on_engine`), so torch work never blocks HTTP and the engine never
-sees two operations at once. Registries are only changed on the event loop: work that creates a
-client or a sampler hands its bookkeeping back through :attr:`Outcome.then`.
+Everything here runs on the event loop, except the engine calls, which go to the engine thread
+of the :class:`~rtc.server.scheduler.Scheduler` (:meth:`TinkerService.on_engine` for jobs,
+:meth:`TinkerService.spawn_sample` for sampling, which the scheduler batches across requests),
+so torch work never blocks HTTP and the engine never sees two operations at once. Registries
+are only changed on the event loop: work that creates a client or a sampler hands its
+bookkeeping back through :attr:`Outcome.then`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import itertools
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,9 @@ from fastapi import HTTPException
 from .engine import Engine, EngineUserError
 from .futures import FutureStore, OrderedLane, Outcome
 from .losses import LossInputError
-from .protocol import ProtocolError, expect
+from .protocol import ProtocolError, encode_sample, expect
+from .sampling import SamplingRequest
+from .scheduler import Scheduler, WorkCancelled
 from .state import CheckpointNotFoundError, CheckpointPathError, CheckpointStore
 
 log = logging.getLogger("rtc.serve")
@@ -108,7 +111,7 @@ class TinkerService:
         self.sessions: dict[str, Session] = {}
         self.runs: dict[str, TrainingRun] = {}
         self.samplers: dict[str, Sampler] = {}
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rtc-engine")
+        self.scheduler = Scheduler(engine)
         self._names = itertools.count(1)
         self._announced: set[str] = set()
 
@@ -117,10 +120,10 @@ class TinkerService:
     def close(self) -> None:
         for run in self.runs.values():
             run.lane.close()
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self.scheduler.close()
 
-    async def on_engine(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+    async def on_engine(self, fn: Callable[..., Any], *args: Any, owner: str | None = None) -> Any:
+        return await asyncio.wrap_future(self.scheduler.submit(fn, *args, owner=owner))
 
     def _outcome_of(self, fn: Callable[[], Outcome]) -> Callable[[], Outcome]:
         """Wrap engine work so that every exception becomes a failed outcome, never a crash."""
@@ -128,7 +131,13 @@ class TinkerService:
         def run() -> Outcome:
             try:
                 return fn()
-            except (EngineUserError, LossInputError, CheckpointPathError, CheckpointNotFoundError) as error:
+            except (
+                EngineUserError,
+                LossInputError,
+                CheckpointPathError,
+                CheckpointNotFoundError,
+                WorkCancelled,
+            ) as error:
                 return Outcome(error=str(error), category="user")
             except Exception as error:
                 log.exception("engine error")
@@ -136,24 +145,45 @@ class TinkerService:
 
         return run
 
-    async def _finish(self, request_id: str, work: Callable[[], Outcome]) -> None:
-        outcome = await self.on_engine(self._outcome_of(work))
+    async def _finish(self, request_id: str, work: Callable[[], Outcome], owner: str | None = None) -> None:
+        try:
+            outcome = await self.on_engine(self._outcome_of(work), owner=owner)
+        except WorkCancelled as error:
+            outcome = Outcome(error=str(error), category="user")
         if outcome.then is not None and outcome.error is None:
             pending = outcome.then()
             if inspect.isawaitable(pending):
                 await pending
         self.futures.resolve(request_id, outcome)
 
-    def spawn(self, work: Callable[[], Outcome]) -> str:
+    def spawn(self, work: Callable[[], Outcome], owner: str | None = None) -> str:
         """Queue work on the engine thread now; returns the request id to poll."""
         request_id = self.futures.create()
-        asyncio.get_running_loop().create_task(self._finish(request_id, work))
+        asyncio.get_running_loop().create_task(self._finish(request_id, work, owner))
         return request_id
 
     def ordered(self, run: TrainingRun, seq_id: int, work: Callable[[], Outcome]) -> str:
         """Queue work behind the training client's earlier requests (by ``seq_id``)."""
         request_id = self.futures.create()
-        run.lane.submit(seq_id, lambda: self._finish(request_id, work))
+        run.lane.submit(seq_id, lambda: self._finish(request_id, work, run.session_id))
+        return request_id
+
+    def spawn_sample(self, request: SamplingRequest, adapter: str | None, owner: str | None) -> str:
+        """Queue a sample request; the scheduler decodes it batched with others of the same weights."""
+        request_id = self.futures.create()
+
+        async def finish() -> None:
+            try:
+                result = await asyncio.wrap_future(self.scheduler.sample(request, adapter, owner))
+                outcome = Outcome(proto=encode_sample(result))
+            except (EngineUserError, WorkCancelled) as error:
+                outcome = Outcome(error=str(error), category="user")
+            except Exception as error:
+                log.exception("sampling error")
+                outcome = Outcome(error=f"engine error: {type(error).__name__}: {error}", category="server")
+            self.futures.resolve(request_id, outcome)
+
+        asyncio.get_running_loop().create_task(finish())
         return request_id
 
     async def add_sampler(self, sampler: Sampler) -> None:
@@ -179,6 +209,7 @@ class TinkerService:
         if session.finished:
             return
         session.finished = True
+        self.scheduler.cancel(session.session_id)
         runs = [r for r in self.runs.values() if r.session_id == session.session_id]
         samplers = [s for s in self.samplers.values() if s.session_id == session.session_id]
         for run in runs:
