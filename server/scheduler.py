@@ -119,6 +119,8 @@ class Scheduler:
         self._jobs: collections.deque[_Job] = collections.deque()
         self._incoming: collections.deque[_Pending] = collections.deque()
         self._closed = False
+        # Decode steps run and the rows they carried (rows / steps = the batch size achieved).
+        self.stats = {"decode_steps": 0, "decode_rows": 0, "max_rows": 0}
         # Engine-thread state.
         self._waiting: list[_Pending] = []
         self._batches: dict[Hashable, _Batch] = {}
@@ -337,6 +339,10 @@ class Scheduler:
             model = batch.open()
             deadline = time.monotonic() + self.slice_s
             while batch.decode.rows:
+                rows = len(batch.decode.rows)
+                self.stats["decode_steps"] += 1
+                self.stats["decode_rows"] += rows
+                self.stats["max_rows"] = max(self.stats["max_rows"], rows)
                 for gen in batch.decode.step(model):
                     _settle(gen.future, gen.finished_result())
                 if time.monotonic() >= deadline or self._closed:

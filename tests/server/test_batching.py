@@ -1,0 +1,228 @@
+"""Cross-request batching in the engine: one decode batch for requests that arrive together,
+the same tokens for a seed whether a request ran alone or batched, bounded slices, cancel(owner).
+
+These run the server's Scheduler and Engine in-process on the tiny model (no HTTP), except the
+last test, which checks the same property through the SDK and ``rtc serve``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from rtc.server.engine import Engine
+from rtc.server.sampling import SamplingRequest, generate_many
+from rtc.server.scheduler import Scheduler, WorkCancelled
+from tinker import types
+
+BASE = "Qwen/Qwen3-4B-Instruct-2507"
+PROMPTS = [
+    "Once upon a time",
+    "The quick brown fox jumps over the lazy dog. What is 2 + 2? The answer is",
+    "Hi",
+    "def add(a, b):\n    return",
+    "Numbers: 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15",
+]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_dir):
+    return Engine(tiny_dir, threads=1)
+
+
+@pytest.fixture
+def scheduler(engine):
+    running = Scheduler(engine)
+    yield running
+    running.close()
+
+
+def request(tokenizer, text, n=2, seed=0, max_tokens=12, **overrides) -> SamplingRequest:
+    fields = dict(
+        prompt=tokenizer.encode(text),
+        num_samples=n,
+        max_tokens=max_tokens,
+        temperature=1.0,
+        top_k=-1,
+        top_p=1.0,
+        seed=seed,
+        stop_strings=[],
+        stop_token_ids=[],
+        prompt_logprobs=False,
+        topk_prompt_logprobs=0,
+    )
+    fields.update(overrides)
+    return SamplingRequest(**fields)
+
+
+def mixed_requests(tokenizer) -> list[SamplingRequest]:
+    """Different prompts, lengths, sample counts, temperatures, filters and stops."""
+    stop_id = tokenizer.encode(" the")[0]
+    return [
+        request(tokenizer, PROMPTS[0], n=3, seed=1, max_tokens=14),
+        request(tokenizer, PROMPTS[1], n=2, seed=2, max_tokens=9, stop_token_ids=[stop_id]),
+        request(tokenizer, PROMPTS[2], n=4, seed=3, max_tokens=5, temperature=0.7, top_k=8),
+        request(tokenizer, PROMPTS[3], n=1, seed=4, max_tokens=16, temperature=0.0),
+        request(tokenizer, PROMPTS[4], n=2, seed=5, max_tokens=11, top_p=0.8, stop_strings=["1"]),
+    ]
+
+
+def tokens_of(result) -> list[list[int]]:
+    return [list(s.tokens) for s in result.sequences]
+
+
+class Gate:
+    """A job that holds the engine thread until released, so requests queue up behind it."""
+
+    def __init__(self, scheduler: Scheduler):
+        self.release = threading.Event()
+        self.started = threading.Event()
+        self.future = scheduler.submit(self._hold)
+
+    def _hold(self) -> None:
+        self.started.set()
+        self.release.wait(30)
+
+    def __enter__(self) -> Gate:
+        assert self.started.wait(30)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release.set()
+        self.future.result(30)
+
+
+def test_requests_that_arrive_together_decode_as_one_batch(engine, scheduler):
+    """Four 2-sample requests queued together decode in about max_tokens steps of 8 rows,
+    where one request after another would take four times as many steps of 2 rows."""
+    reqs = [request(engine.tokenizer, text, n=2, seed=i, max_tokens=10) for i, text in enumerate(PROMPTS[:4])]
+    with Gate(scheduler):
+        futures = [scheduler.sample(r, None) for r in reqs]
+    results = [f.result(60) for f in futures]
+    assert all(len(s.tokens) == 10 for r in results for s in r.sequences)
+    assert scheduler.stats["max_rows"] == 8
+    assert scheduler.stats["decode_steps"] <= 10
+
+
+def test_same_seed_same_tokens_alone_or_batched_with_joins(engine, scheduler):
+    """Each request run alone, then all of them together with later ones joining a batch
+    that is already decoding (so rows of different lengths share the cache and finished rows
+    leave): the tokens are the same, the logprobs equal up to float rounding."""
+    reqs = mixed_requests(engine.tokenizer)
+    alone = [scheduler.sample(r, None).result(60) for r in reqs]
+
+    # Batched: the first two start together; the others join one by one while they decode.
+    with Gate(scheduler):
+        futures = [scheduler.sample(r, None) for r in reqs[:2]]
+    steps = scheduler.stats["decode_steps"]
+    for r in reqs[2:]:
+        deadline = time.monotonic() + 30
+        while scheduler.stats["decode_steps"] < steps + 2 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        steps = scheduler.stats["decode_steps"]
+        futures.append(scheduler.sample(r, None))
+    batched = [f.result(60) for f in futures]
+
+    for a, b, r in zip(alone, batched, reqs, strict=True):
+        assert tokens_of(a) == tokens_of(b), r
+        for sa, sb in zip(a.sequences, b.sequences, strict=True):
+            assert sb.logprobs == pytest.approx(sa.logprobs, abs=1e-4)
+            assert sa.stop_reason == sb.stop_reason
+    assert scheduler.stats["max_rows"] > 4  # rows of several requests were decoded together
+    # The stops of each request applied to its own rows only.
+    stop_id = reqs[1].stop_token_ids[0]
+    assert all(
+        s.stop_reason == "stop" and s.tokens[-1] == stop_id for s in batched[1].sequences if len(s.tokens) < 9
+    )
+
+
+def test_the_models_own_cache_path_gives_the_same_tokens(engine):
+    """Models whose cache RowCache cannot hold decode each request alone: same results."""
+    reqs = mixed_requests(engine.tokenizer)
+    model = engine.sampling_weights(None)()
+    batched = generate_many(model, engine.tokenizer, reqs, engine.max_length, own_cache=False)
+    own = generate_many(model, engine.tokenizer, reqs, engine.max_length, own_cache=True)
+    assert [tokens_of(r) for r in batched] == [tokens_of(r) for r in own]
+
+
+def test_a_long_request_does_not_starve_a_short_one_or_a_job(engine, scheduler):
+    """A 600-token request is decoded in slices: a short request and a training-sized job
+    that arrive after it finish while it is still running."""
+    long = scheduler.sample(request(engine.tokenizer, PROMPTS[0], n=1, max_tokens=600), None)
+    short = scheduler.sample(request(engine.tokenizer, PROMPTS[1], n=1, max_tokens=3), None)
+    job = scheduler.submit(lambda: long.done())
+    assert short.result(60).sequences[0].tokens
+    assert job.result(60) is False  # the job ran while the long request was still decoding
+    assert not long.done()
+    assert len(long.result(120).sequences[0].tokens) == 600
+
+
+def test_cancel_drops_an_owners_queued_and_running_work(engine, scheduler):
+    reqs = mixed_requests(engine.tokenizer)
+    with Gate(scheduler):
+        queued_job = scheduler.submit(lambda: "ran", owner="gone")
+        queued_sample = scheduler.sample(reqs[0], None, owner="gone")
+        other = scheduler.sample(reqs[1], None, owner="stays")
+        assert scheduler.cancel("gone") == 2
+    with pytest.raises(WorkCancelled):
+        queued_job.result(30)
+    with pytest.raises(WorkCancelled):
+        queued_sample.result(30)
+    assert other.result(60).sequences
+
+    # A request that is already decoding is dropped at its next step.
+    running = scheduler.sample(
+        request(engine.tokenizer, PROMPTS[0], n=2, max_tokens=2000), None, owner="gone"
+    )
+    deadline = time.monotonic() + 30
+    while scheduler.stats["decode_steps"] < 3 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert scheduler.cancel("gone") == 1
+    with pytest.raises(WorkCancelled):
+        running.result(30)
+    deadline = time.monotonic() + 30
+    while not scheduler.idle() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert scheduler.idle()
+    assert scheduler.stats["decode_steps"] < 2000
+
+
+def test_a_waiter_that_gives_up_frees_its_rows(engine, scheduler):
+    running = scheduler.sample(request(engine.tokenizer, PROMPTS[0], n=1, max_tokens=2000), None)
+    running.cancel()
+    deadline = time.monotonic() + 30
+    while not scheduler.idle() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert scheduler.idle() and scheduler.stats["decode_steps"] < 2000
+
+
+def test_close_fails_pending_work(engine):
+    scheduler = Scheduler(engine)
+    gate = Gate(scheduler)
+    gate.started.wait(30)
+    pending = scheduler.sample(request(engine.tokenizer, PROMPTS[0], max_tokens=2000), None)
+    job = scheduler.submit(lambda: None)
+    gate.release.set()
+    scheduler.close()
+    with pytest.raises(WorkCancelled):
+        pending.result(30)
+    with pytest.raises(WorkCancelled):
+        job.result(30)
+    with pytest.raises(WorkCancelled):
+        scheduler.submit(lambda: None).result(1)
+
+
+def test_gathered_sdk_requests_give_the_tokens_of_sequential_ones(service, tokenizer):
+    """Through rtc serve: a GRPO-style step (several prompts issued at once) samples exactly
+    what the same requests give one at a time."""
+    sampler = service.create_sampling_client(base_model=BASE).result()
+    prompts = [types.ModelInput.from_ints(tokenizer.encode(text)) for text in PROMPTS[:4]]
+    params = [types.SamplingParams(max_tokens=10, temperature=1.0, seed=100 + i, stop=[]) for i in range(4)]
+    one_by_one = [sampler.sample(p, 3, sp).result() for p, sp in zip(prompts, params, strict=True)]
+    pending = [sampler.sample(p, 3, sp) for p, sp in zip(prompts, params, strict=True)]
+    together = [f.result() for f in pending]
+    for a, b in zip(one_by_one, together, strict=True):
+        assert tokens_of(a) == tokens_of(b)
+        for sa, sb in zip(a.sequences, b.sequences, strict=True):
+            assert list(sb.logprobs) == pytest.approx(list(sa.logprobs), abs=1e-4)
