@@ -53,8 +53,9 @@ TRAINING_INFO = "rtc_training_state.json"
 # Tinker's LoRA scale does not depend on the rank; a fixed alpha gives scale = alpha / rank.
 LORA_ALPHA = 32
 # Tokens per forward/backward micro-batch (padding included): bounds the tokens x vocabulary
-# logits in memory.
+# logits in memory, further for large vocabularies (LOGITS_BUDGET floats, 1 GB, per copy).
 MICRO_BATCH_TOKENS = 4096
+LOGITS_BUDGET = 1 << 28
 # Memory for merged sampler copies (each about the size of the adapted weights: 0.54 GB for
 # SmolLM2-135M in float32, all linear layers adapted). Beyond it the least recently used copy is
 # dropped; its sampler keeps working through peft and is merged again when it next samples.
@@ -66,6 +67,52 @@ def default_threads() -> int:
     """Half the cores: the client loop (tokenizing, rewards) runs on the same machine, and
     torch's thread pool slows down badly (10x seen here) when its threads compete for cores."""
     return max(1, (os.cpu_count() or 2) // 2)
+
+
+class _FusedLora:
+    """The LoRA forward of our adapters, given to peft as a LoRA "variant" (its extension hook).
+
+    peft's vanilla forward is ``result + lora_B(lora_A(x)) * scaling``: the product, the scale
+    and the sum each write a tokens x out_features tensor (tokens x vocabulary for the output
+    head, the largest tensors of a training step), forward and backward. This applies the scale
+    to the rank-r tensor and adds the product to the base output in the matmul itself (one
+    ``addmm``). Measured on the SmolLM2 head, forward + backward: 15-20% less time than peft's.
+    """
+
+    @staticmethod
+    def forward(module, active_adapter: str, x: torch.Tensor, result: torch.Tensor, **kwargs) -> torch.Tensor:
+        low = module.lora_A[active_adapter](module.lora_dropout[active_adapter](x))
+        scaling = module.scaling[active_adapter]
+        if scaling != 1:
+            low = low * scaling
+        up = module.lora_B[active_adapter].weight
+        if result.dtype != up.dtype:
+            return result + torch.nn.functional.linear(low, up).to(result.dtype)
+        flat = torch.addmm(result.reshape(-1, result.shape[-1]), low.reshape(-1, low.shape[-1]), up.t())
+        return flat.view(result.shape)
+
+
+class _TargetLogprobs(torch.autograd.Function):
+    """``logits.gather(targets) - logsumexp(logits)`` with a one-pass backward.
+
+    Autograd's own backward of that expression makes several tokens x vocabulary tensors (a
+    zero-filled scatter for the gather, ``exp(x - lse)`` and its product, and their sum); this
+    one writes the gradient once: ``-softmax * sum(grad)`` plus ``grad`` at the targets.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        lse = torch.logsumexp(logits, dim=-1, keepdim=True)
+        ctx.save_for_backward(logits, lse, index)
+        return logits.gather(-1, index) - lse
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        logits, lse, index = ctx.saved_tensors
+        out = torch.sub(logits, lse).exp_()
+        out.mul_(-grad.sum(-1, keepdim=True))
+        out.scatter_add_(-1, index, grad)
+        return out, None
 
 
 def _shared_copy(model: torch.nn.Module) -> torch.nn.Module:
@@ -239,6 +286,9 @@ class Engine:
                 self._peft.eval()
             else:
                 self._peft.add_adapter(name, lora_config)
+        for module in self.base.modules():
+            if name in getattr(module, "lora_A", {}) and hasattr(module, "lora_variant"):
+                module.lora_variant[name] = _FusedLora()
 
     def _adapter_params(self, name: str) -> list[torch.nn.Parameter]:
         """The adapter's weights in a fixed order (by name without the adapter suffix)."""
@@ -262,6 +312,8 @@ class Engine:
 
     def delete_adapter(self, name: str) -> None:
         self._merged.pop(name, None)
+        for module in self.base.modules():
+            getattr(module, "lora_variant", {}).pop(name, None)
         if self._peft is not None and name in self._peft.peft_config:
             if len(self._peft.peft_config) > 1:
                 self._peft.delete_adapter(name)
@@ -425,22 +477,28 @@ class Engine:
         yield self._peft
 
     def token_logprobs(self, model: torch.nn.Module, batch: list[list[int]], targets: list[torch.Tensor]):
-        """Logprobs of each datum's targets ([N] or [N, K]) under ``model``, one padded batch."""
+        """Logprobs of each datum's targets ([N] or [N, K]) under ``model``, one padded batch.
+
+        Rows are right-padded and run without an attention mask: under causal attention a
+        real token never sees the padding after it, and SDPA takes its faster causal path.
+        ``logit - logsumexp`` is taken on the whole padded batch at once (:class:`_TargetLogprobs`)
+        and only then split into datums: slicing a datum's rows out of the [rows, length,
+        vocabulary] logits would make autograd build a full-size zero gradient for every datum.
+        """
         longest = max(len(tokens) for tokens in batch)
+        width = max([1] + [t.shape[1] for t in targets if t.dim() == 2])
         input_ids = torch.zeros((len(batch), longest), dtype=torch.long)
-        attention = torch.zeros((len(batch), longest), dtype=torch.long)
-        for row, tokens in enumerate(batch):
-            input_ids[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-            attention[row, : len(tokens)] = 1
-        logits = model(input_ids=input_ids, attention_mask=attention).logits.float()
-        out = []
+        index = torch.zeros((len(batch), longest, width), dtype=torch.long)
         for row, (tokens, target) in enumerate(zip(batch, targets, strict=True)):
-            # logprob = logit - logsumexp: no tokens x vocabulary log_softmax tensor is made.
-            rows = logits[row, : len(tokens)]
-            index = target.long().reshape(len(tokens), -1)
-            picked = rows.gather(1, index) - torch.logsumexp(rows, dim=-1, keepdim=True)
-            out.append(picked.reshape(target.shape))
-        return out
+            input_ids[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+            columns = target.reshape(len(tokens), -1)
+            index[row, : len(tokens), : columns.shape[1]] = columns
+        logits = model(input_ids=input_ids).logits.float()
+        picked = _TargetLogprobs.apply(logits, index)
+        return [
+            picked[row, : len(tokens), : (target.shape[1] if target.dim() == 2 else 1)].reshape(target.shape)
+            for row, (tokens, target) in enumerate(zip(batch, targets, strict=True))
+        ]
 
     def forward_backward(
         self, name: str, data: list[Datum], spec: LossSpec, forward_only: bool
@@ -462,7 +520,8 @@ class Engine:
         losses: list[torch.Tensor] = [torch.empty(0)] * len(data)
         grad = contextlib.nullcontext() if not forward_only else torch.no_grad()
         with self.use(name) as model, grad:
-            for indices in micro_batches([len(d.tokens) for d in data], MICRO_BATCH_TOKENS):
+            budget = max(64, min(MICRO_BATCH_TOKENS, LOGITS_BUDGET // self.vocab_size))
+            for indices in micro_batches([len(d.tokens) for d in data], budget):
                 group = [data[i] for i in indices]
                 group_logprobs = self.token_logprobs(
                     model, [d.tokens for d in group], [d.inputs["target_tokens"] for d in group]

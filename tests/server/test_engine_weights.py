@@ -164,3 +164,65 @@ def test_micro_batches_bound_padded_tokens_and_group_similar_lengths():
         longest = max(lengths[i] for i in group)
         assert len(group) * longest <= 8 or len(group) == 1
     assert [[lengths[i] for i in g] for g in groups] == [[9], [5], [4, 3], [3, 2], [1]]
+
+
+def test_target_logprobs_gradient_matches_autograd():
+    from rtc.server.engine import _TargetLogprobs
+
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 5, 11, dtype=torch.double, generator=generator, requires_grad=True)
+    index = torch.randint(0, 11, (2, 5, 3), generator=generator)
+    torch.autograd.gradcheck(_TargetLogprobs.apply, (logits, index))
+    expected = logits.gather(-1, index) - torch.logsumexp(logits, -1, keepdim=True)
+    assert torch.allclose(_TargetLogprobs.apply(logits, index), expected)
+
+
+def test_training_step_equals_pefts_own_forward_on_unpadded_datums(engine, tokenizer):
+    """The engine's fast path (fused LoRA forward, padded batch without an attention mask,
+    one-pass target logprobs) gives the gradient of peft's vanilla forward, datum by datum."""
+    texts = [TEXT, "Once upon a time", "def add(a, b):\n    return a + b", "Hi"]
+    data = []
+    for i, text in enumerate(texts):
+        tokens = tokenizer.encode(text)
+        weights = torch.linspace(0.5, 1.5, len(tokens) - 1)
+        if i == 2:  # a top-K distillation target [N, 2]
+            targets = torch.stack([torch.tensor(tokens[1:]), torch.tensor(tokens[1:][::-1])], dim=1)
+            data.append(
+                Datum(
+                    tokens=tokens[:-1],
+                    inputs={"target_tokens": targets, "weights": weights[:, None].expand(-1, 2)},
+                )
+            )
+        else:
+            data.append(
+                Datum(
+                    tokens=tokens[:-1], inputs={"target_tokens": torch.tensor(tokens[1:]), "weights": weights}
+                )
+            )
+    engine.create_training_adapter("t1", LoraSettings(4, 0, True, True, True))
+    params = engine._adapters["t1"].params
+    with torch.no_grad():
+        for p in params:
+            p.normal_(0, 0.05)
+    spec = check_loss("cross_entropy", {})
+    fast = engine.forward_backward("t1", data, spec, forward_only=False)
+    fast_grads = [p.grad.clone() for p in params]
+    for p in params:
+        p.grad = None
+
+    for module in engine.base.modules():  # back to peft's own LoRA forward
+        getattr(module, "lora_variant", {}).pop("t1", None)
+    reference_loss = 0.0
+    with engine.use("t1") as model:
+        for datum in data:
+            logits = model(input_ids=torch.tensor([datum.tokens])).logits[0].float()
+            targets = datum.inputs["target_tokens"].reshape(len(datum.tokens), -1)
+            logprobs = (
+                torch.log_softmax(logits, -1).gather(1, targets).reshape(datum.inputs["target_tokens"].shape)
+            )
+            loss = -(datum.inputs["weights"] * logprobs).sum()
+            loss.backward()
+            reference_loss += float(loss)
+    assert fast.loss_sum == pytest.approx(reference_loss, rel=1e-5)
+    for got, want in zip(fast_grads, (p.grad for p in params), strict=True):
+        assert float((got - want).norm() / want.norm()) < 1e-5
