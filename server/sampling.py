@@ -515,45 +515,36 @@ class DecodeBatch:
                 row.live = False
 
     def _choose(self) -> tuple[list[int], list[float]]:
-        """A token and its logprob for every row, from ``next_logits``."""
+        """A token and its logprob for every row, from ``next_logits``.
+
+        One softmax of ``logits / temperature`` gives both the probabilities to draw from and,
+        at the drawn token, its logprob (greedy rows use temperature 1).
+        """
         logits = self.next_logits
-        gens = self.generations
         temps = torch.tensor([row.gen.temperature for row in self.rows], dtype=logits.dtype)
-        scaled = torch.log_softmax(logits / temps[:, None], dim=-1)
-        chosen = torch.empty(len(self.rows), dtype=torch.long)
-        starts: dict[int, list[int]] = {}
+        scaled = logits if bool((temps == 1).all()) else logits / temps[:, None]
+        probs = torch.softmax(scaled, dim=-1)
+        positions: dict[int, list[int]] = {}
         for position, row in enumerate(self.rows):
-            starts.setdefault(id(row.gen), []).append(position)
-        sampled_rows: list[int] = []
-        uniforms: list[torch.Tensor] = []
-        greedy_rows: list[int] = []
-        filtered: list[tuple[Generation, list[int]]] = []
-        for gen in gens:
-            positions = starts[id(gen)]
+            positions.setdefault(id(row.gen), []).append(position)
+        draws = torch.zeros(len(self.rows))
+        greedy: list[int] = []
+        sampling = probs
+        for gen in self.generations:
+            rows = positions[id(gen)]
             if gen.greedy:
-                greedy_rows += positions
+                greedy += rows
                 continue
-            draws = gen.uniforms()
-            sampled_rows += positions
-            uniforms.append(draws[[self.rows[p].index for p in positions]])
+            draws[rows] = gen.uniforms()[[self.rows[p].index for p in rows]]
             if gen.filtered:
-                filtered.append((gen, positions))
-        if greedy_rows:
-            index = torch.tensor(greedy_rows)
-            chosen[index] = logits[index].argmax(dim=-1)
-        if sampled_rows:
-            index = torch.tensor(sampled_rows)
-            probs = scaled[index].exp()
-            if filtered:
-                where = {p: i for i, p in enumerate(sampled_rows)}
-                for gen, positions in filtered:
-                    local = torch.tensor([where[p] for p in positions])
-                    kept = filter_logits(
-                        scaled[torch.tensor(positions)], gen.request.top_k, gen.request.top_p
-                    )
-                    probs[local] = torch.softmax(kept, dim=-1)
-            chosen[index] = inverse_cdf(probs, torch.cat(uniforms))
-        logprobs = scaled.gather(1, chosen[:, None])[:, 0]
+                if sampling is probs:
+                    sampling = probs.clone()
+                kept = filter_logits(scaled[rows], gen.request.top_k, gen.request.top_p)
+                sampling[rows] = torch.softmax(kept, dim=-1)
+        chosen = inverse_cdf(sampling, draws)
+        if greedy:
+            chosen[greedy] = logits[greedy].argmax(dim=-1)
+        logprobs = probs.gather(1, chosen[:, None])[:, 0].log()
         return chosen.tolist(), logprobs.tolist()
 
     @torch.no_grad()
