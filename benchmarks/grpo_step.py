@@ -217,9 +217,9 @@ def prompts_of(tokenizer, count: int) -> list[list[int]]:
     ]
     out = []
     for row in rows[:count]:
-        text = tokenizer.apply_chat_template(
-            [{"role": "user", "content": row["prompt"]}], add_generation_prompt=True, tokenize=False
-        )
+        prompt = row["prompt"]
+        messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         out.append(tokenizer.encode(text, add_special_tokens=False))
     return out
 
