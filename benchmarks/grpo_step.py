@@ -6,10 +6,11 @@ every request issued at once, then one ``forward_backward`` (importance_sampling
 tokens) and one ``optim_step``. Stops are disabled, so every sample has exactly ``T`` tokens and both
 engines do the same work.
 
-Two servers run side by side as subprocesses with the same model, threads and dtype: this checkout
-("new") and the engine of an older commit ("old", ``--old-ref``, default the main commit before
-batched decoding), extracted with ``git archive`` and run from it. Steps alternate between them, so a
-slow phase of this shared machine hits both; each server has its own training client.
+Two servers run as subprocesses with the same model, threads and dtype: this checkout ("new") and
+the engine of an older commit ("old", ``--old-ref``, default the main commit before batched
+decoding), extracted with ``git archive`` and run from it. They run one after the other (the old
+engine needs up to 13 GB for a 32-datum step, and two servers at once did not fit this 23 GB machine
+next to other work), in the order old, new for the first shape and new, old for the next, and so on.
 
 Each phase is timed two ways: wall time, and the CPU time the server process used (``/proc/<pid>/stat``,
 all its threads). With one torch thread, CPU time is what the step costs when the process has a core
@@ -63,6 +64,21 @@ class Server:
         """User + system CPU time of the server process so far (all threads)."""
         fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+    def peak_rss_gb(self) -> float:
+        """The most resident memory the server process has used so far."""
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024 / 1024
+        return float("nan")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
 
 
 def old_tree(ref: str, into: Path) -> Path:
@@ -287,27 +303,28 @@ async def grpo_step(server: Server, client, prompts, samples: int, tokens: int, 
     )
 
 
-async def run_shape(servers, clients, tokenizer, flops: FlopModel, shape: tuple[int, int, int], steps: int):
+async def run_server(server: Server, tokenizer, shape: tuple[int, int, int], steps: int, rank: int):
+    """One warm-up step (not reported) and ``steps`` timed GRPO steps on one server."""
+    import tinker
+
     n_prompts, samples, tokens = shape
     prompts = prompts_of(tokenizer, n_prompts)
-    sample_flops = sum(flops.sample_flops(p, tokens, samples) for p in prompts)
-    train_flops = samples * sum(flops.train_flops(len(p) + tokens - 1) for p in prompts)
-    results: dict[str, list[StepTimes]] = {s.name: [] for s in servers}
-    for step in range(steps + 1):  # step 0 warms up both servers and is not reported
-        order = servers if step % 2 == 0 else servers[::-1]
-        for server in order:
-            times = await grpo_step(server, clients[server.name], prompts, samples, tokens, step)
-            print(f"  {shape} step {step} {server.name}: {times}", flush=True)
-            if step > 0:
-                results[server.name].append(times)
-    return sample_flops, train_flops, results
+    service = tinker.ServiceClient(base_url=server.url, api_key="tml-local")
+    client = await service.create_lora_training_client(base_model="bench/grpo", rank=rank, seed=0)
+    results = []
+    for step in range(steps + 1):
+        times = await grpo_step(server, client, prompts, samples, tokens, step)
+        print(f"  {shape} step {step} {server.name}: {times}", flush=True)
+        if step > 0:
+            results.append(times)
+    return results, server.peak_rss_gb()
 
 
 def median(values) -> float:
     return statistics.median(values)
 
 
-def report(shape, sample_flops, train_flops, peak, results) -> list[str]:
+def report(shape, sample_flops, train_flops, peak, results, rss) -> list[str]:
     n_prompts, samples, tokens = shape
     label = f"{n_prompts}x{samples}x{tokens}"
     sample_limit = sample_flops / 1e9 / peak
@@ -324,6 +341,8 @@ def report(shape, sample_flops, train_flops, peak, results) -> list[str]:
             "clip": max(t.outside_clip for t in steps),
         }
     for name in results:
+        row[name]["rss"] = rss[name]
+    for name in results:
         r = row[name]
         step_wall = r["sample_wall"] + r["train_wall"]
         step_cpu = r["sample_cpu"] + r["train_cpu"]
@@ -331,7 +350,7 @@ def report(shape, sample_flops, train_flops, peak, results) -> list[str]:
             f"| {label} | {name} | {r['sample_cpu']:.1f} s ({r['sample_cpu'] / sample_limit:.2f}x) "
             f"/ {r['sample_wall']:.1f} s | {r['train_cpu']:.1f} s ({r['train_cpu'] / train_limit:.2f}x) "
             f"/ {r['train_wall']:.1f} s | {step_cpu:.1f} s / {step_wall:.1f} s "
-            f"| {r['gap']:.1e} / {r['clip']:.3f} |"
+            f"| {r['gap']:.1e} / {r['clip']:.3f} | {r['rss']:.1f} GB |"
         )
     if "old" in row and "new" in row:
         old, new = row["old"], row["new"]
@@ -345,66 +364,77 @@ def report(shape, sample_flops, train_flops, peak, results) -> list[str]:
         )
         lines.append(
             f"| {label} | new faster by | {ratio('sample_cpu', 'sample_wall')} | "
-            f"{ratio('train_cpu', 'train_wall')} | {step} | |"
+            f"{ratio('train_cpu', 'train_wall')} | {step} | | |"
         )
     lines.append(
         f"| {label} | FLOP limit | {sample_limit:.1f} s ({sample_flops / 1e9:.0f} GFLOP) | "
-        f"{train_limit:.1f} s ({train_flops / 1e9:.0f} GFLOP) | {sample_limit + train_limit:.1f} s | |"
+        f"{train_limit:.1f} s ({train_flops / 1e9:.0f} GFLOP) | {sample_limit + train_limit:.1f} s | | |"
     )
     return lines
 
 
 async def main_async(args) -> int:
-    import tinker
+    import gc
+
     from rtc.server.models import prepare_model
     from transformers import AutoTokenizer
 
     model_dir = prepare_model(args.model)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
+
+    # FLOPs first, then free that model before any server starts.
+    flops = FlopModel(model_dir, args.rank)
+    counted = {}
+    for shape in shapes:
+        n_prompts, samples, tokens = shape
+        prompts = prompts_of(tokenizer, n_prompts)
+        counted[shape] = (
+            sum(flops.sample_flops(p, tokens, samples) for p in prompts),
+            samples * sum(flops.train_flops(len(p) + tokens - 1) for p in prompts),
+        )
+    del flops
+    gc.collect()
+    peaks = [matmul_peak()]
+
+    table = []
     with tempfile.TemporaryDirectory(prefix="rtc-grpo-bench-") as tmp:
         tmp_path = Path(tmp)
-        servers = [start("new", args, tmp_path / "new", None, ["--dtype", args.dtype])]
-        if args.old_ref:
-            lib = old_tree(args.old_ref, tmp_path / "old-tree")
-            servers.insert(0, start("old", args, tmp_path / "old", lib, []))
-        try:
-            clients = {}
-            for server in servers:
-                service = tinker.ServiceClient(base_url=server.url, api_key="tml-local")
-                clients[server.name] = await service.create_lora_training_client(
-                    base_model="bench/grpo", rank=args.rank, seed=0
-                )
-            flops = FlopModel(model_dir, args.rank)
-            peaks = [matmul_peak()]
-            table = []
-            for shape in shapes:
-                sample_flops, train_flops, results = await run_shape(
-                    servers, clients, tokenizer, flops, shape, args.steps
-                )
-                peaks.append(matmul_peak())
-                table.append((shape, sample_flops, train_flops, results))
-        finally:
-            for server in servers:
-                server.process.terminate()
-                server.process.wait(timeout=30)
+        lib = old_tree(args.old_ref, tmp_path / "old-tree") if args.old_ref else None
+        for index, shape in enumerate(shapes):
+            engines = [("new", None, ["--dtype", args.dtype])]
+            if lib is not None:
+                engines.insert(0, ("old", lib, []))
+            if index % 2:
+                engines.reverse()
+            results, rss = {}, {}
+            for name, pythonpath, extra in engines:
+                server = start(name, args, tmp_path / f"{name}-{index}", pythonpath, extra)
+                try:
+                    results[name], rss[name] = await run_server(
+                        server, tokenizer, shape, args.steps, args.rank
+                    )
+                finally:
+                    server.stop()
+            peaks.append(matmul_peak())
+            table.append((shape, *counted[shape], results, rss))
     peak = max(peaks)
     load = os.getloadavg()
     print()
     print(
         f"model={args.model} threads={args.threads} dtype={args.dtype} rank={args.rank} steps={args.steps} "
         f"old_ref={args.old_ref or '-'} matmul peak={peak:.1f} GFLOP/s "
-        f"(measured {', '.join(f'{p:.0f}' for p in peaks)}) "
-        f"load average at the end={load[0]:.1f}"
+        f"(measured {', '.join(f'{p:.0f}' for p in peaks)}) load average at the end={load[0]:.1f}"
     )
     print()
     print(
         "| shape PxGxT | engine | sampling: server CPU (x limit) / wall "
-        "| training: server CPU (x limit) / wall | step: CPU / wall | logprob gap / outside clip |"
+        "| training: server CPU (x limit) / wall | step: CPU / wall | logprob gap / outside clip "
+        "| peak server memory |"
     )
-    print("|---|---|---|---|---|---|")
-    for shape, sample_flops, train_flops, results in table:
-        for line in report(shape, sample_flops, train_flops, peak, results):
+    print("|---|---|---|---|---|---|---|")
+    for shape, sample_flops, train_flops, results, rss in table:
+        for line in report(shape, sample_flops, train_flops, peak, results, rss):
             print(line)
     return 0
 

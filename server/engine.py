@@ -52,14 +52,17 @@ OPTIMIZER_STATE = "optimizer.pt"
 TRAINING_INFO = "rtc_training_state.json"
 # Tinker's LoRA scale does not depend on the rank; a fixed alpha gives scale = alpha / rank.
 LORA_ALPHA = 32
-# Tokens per forward/backward micro-batch (padding included): bounds the tokens x vocabulary
-# logits in memory, further for large vocabularies (LOGITS_BUDGET floats, 1 GB, per copy).
-MICRO_BATCH_TOKENS = 4096
+# Tokens per forward/backward micro-batch (padding included): bounds activation memory (about
+# 3 GB for SmolLM2-135M at 2048 tokens) and the tokens x vocabulary logits, further for large
+# vocabularies (LOGITS_BUDGET floats, 1 GB, per copy). Matmuls of 2048 rows already run at the
+# CPU's matmul peak, so larger micro-batches would only cost memory.
+MICRO_BATCH_TOKENS = 2048
 LOGITS_BUDGET = 1 << 28
 # Memory for merged sampler copies (each about the size of the adapted weights: 0.54 GB for
-# SmolLM2-135M in float32, all linear layers adapted). Beyond it the least recently used copy is
-# dropped; its sampler keeps working through peft and is merged again when it next samples.
-MERGED_BUDGET_BYTES = 2 << 30
+# SmolLM2-135M in float32, all linear layers adapted, so two copies fit). Beyond it the least
+# recently used copy is dropped; its sampler keeps working through peft and is merged again when
+# it next samples.
+MERGED_BUDGET_BYTES = 3 << 29
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 

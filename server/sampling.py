@@ -40,7 +40,7 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 TOPK_MASK_LOGPROB = -99999.0
 DEFAULT_MAX_TOKENS = 256
 # Prompt tokens per prefill forward: one slice of engine time.
-PREFILL_CHUNK = 512
+PREFILL_CHUNK = 256
 # With prompt logprobs, a chunk's logits are chunk x vocabulary floats; keep them near 32 MB.
 PROMPT_LOGITS_BUDGET = 1 << 23
 # A finished row stays in the batch (fed a dummy token) until this fraction of the batch is

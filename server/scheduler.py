@@ -44,7 +44,7 @@ from .sampling import DecodeBatch, Generation, SamplingRequest
 
 log = logging.getLogger("rtc.serve")
 
-PREFILL_TOKENS_PER_TICK = 1024
+PREFILL_TOKENS_PER_TICK = 512
 DECODE_SLICE_S = 0.25
 MAX_BATCH_ROWS = 64
 KV_BUDGET_BYTES = 1 << 30
