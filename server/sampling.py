@@ -16,8 +16,13 @@ A request runs in three phases (the :class:`~rtc.server.scheduler.Scheduler` dec
 Randomness is per request: a ``torch.Generator`` seeded with the request's seed draws
 ``num_samples`` uniforms per decode step, and inverse-CDF sampling turns them into tokens. What a
 request draws depends only on its own state, so the same seed gives the same tokens whether the
-request ran alone or in a batch. Inverse CDF (a cumulative sum and a binary search) draws from
-exactly the distribution ``torch.multinomial`` draws from, at a fraction of its cost.
+request ran alone or in a batch, up to float rounding: a row's logits in a batch equal its logits
+alone only to the last bits (the CPU's matmul kernels round differently for different row counts,
+and padded attention sums in another order), which changes a draw when its uniform falls within
+about 1e-6 of a boundary between two tokens. That is rare for peaked distributions (trained
+models; measured in benchmarks/README.md) and frequent only for near-uniform ones. Inverse CDF
+(a cumulative sum and a binary search) draws from exactly the distribution ``torch.multinomial``
+draws from, at a fraction of its cost.
 
 Logprobs: a sampled token's logprob is taken under the distribution it was drawn from after
 temperature scaling, ``log_softmax(logits / temperature)``, before top-k / top-p truncation

@@ -226,3 +226,72 @@ def test_gathered_sdk_requests_give_the_tokens_of_sequential_ones(service, token
         assert tokens_of(a) == tokens_of(b)
         for sa, sb in zip(a.sequences, b.sequences, strict=True):
             assert list(sb.logprobs) == pytest.approx(list(sa.logprobs), abs=1e-4)
+
+
+@pytest.fixture(scope="module")
+def large_vocab_engine(tiny_dir, tmp_path_factory):
+    """A one-layer random Llama with a 150k vocabulary (the family models' size) and the tiny
+    tokenizer (sampled ids beyond it are never decoded: these requests use stop ids only).
+
+    Its weights are scaled up so that next-token distributions are peaked as a trained model's
+    are: batched matmuls round differently from a lone request's in the last bits, which can
+    flip a draw that lands within about 1e-6 of a boundary between two tokens; over a
+    near-uniform 150k-token distribution such boundaries are everywhere (see sampling.py)."""
+    import shutil
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    directory = tmp_path_factory.mktemp("large-vocab")
+    config = LlamaConfig(
+        vocab_size=150_000,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+        eos_token_id=[3, 4],
+        initializer_range=1.0,  # peaked next-token distributions, like a trained model's
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        LlamaForCausalLM(config).save_pretrained(directory)
+    for path in tiny_dir.iterdir():
+        if "token" in path.name or path.name.endswith(".jinja"):
+            shutil.copy(path, directory / path.name)
+    return Engine(directory, threads=1)
+
+
+def test_a_large_vocabulary_with_several_stop_ids(large_vocab_engine):
+    engine = large_vocab_engine
+    scheduler = Scheduler(engine)
+    try:
+        stops = list(range(100, 2100))  # 2000 stop ids: a row stops early now and then
+        reqs = [
+            request(engine.tokenizer, text, n=3, seed=i, max_tokens=20, stop_token_ids=stops, temperature=1.0)
+            for i, text in enumerate(PROMPTS)
+        ]
+        scored = request(
+            engine.tokenizer, PROMPTS[1], n=1, max_tokens=1, prompt_logprobs=True, topk_prompt_logprobs=2
+        )
+        alone = [scheduler.sample(r, None).result(60) for r in [*reqs, scored]]
+        with Gate(scheduler):
+            futures = [scheduler.sample(r, None) for r in [*reqs, scored]]
+        together = [f.result(60) for f in futures]
+    finally:
+        scheduler.close()
+    assert [tokens_of(r) for r in alone] == [tokens_of(r) for r in together]
+    sequences = [s for r in together[:-1] for s in r.sequences]
+    assert any(s.stop_reason == "stop" and s.tokens[-1] in stops for s in sequences)
+    assert any(max(s.tokens) >= 100_000 for s in sequences)  # ids far past any small vocabulary
+    # Prompt logprobs in chunks (the vocabulary makes them small) equal one full forward.
+    prompt = scored.prompt
+    model = engine.sampling_weights(None)()
+    import torch
+
+    with torch.no_grad():
+        full = torch.log_softmax(model(input_ids=torch.tensor([prompt])).logits[0].float(), -1)
+    expected = full[:-1].gather(1, torch.tensor(prompt[1:])[:, None])[:, 0].tolist()
+    assert together[-1].prompt_logprobs[1:] == pytest.approx(expected, abs=1e-4)
