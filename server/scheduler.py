@@ -179,9 +179,10 @@ class Scheduler:
                     dropped += 1
             # Requests the engine thread already holds: it drops them at its next step.
             for pending in self._engine_side():
-                if pending.gen.owner == owner and not pending.gen.cancelled:
-                    pending.gen.cancelled = True
-                    _settle(pending.gen.future, error=error)
+                gen = pending.gen
+                if gen.owner == owner and not gen.cancelled and not gen.future.done():
+                    gen.cancelled = True
+                    _settle(gen.future, error=error)
                     dropped += 1
             self._cond.notify()
         if dropped:
