@@ -375,6 +375,10 @@ def report(shape, sample_flops, train_flops, peak, results, rss) -> list[str]:
 
 async def main_async(args) -> int:
     import gc
+    import logging
+
+    # Clients of a server that was stopped keep heartbeating; their warnings are noise here.
+    logging.getLogger("tinker").setLevel(logging.ERROR)
 
     from rtc.server.models import prepare_model
     from transformers import AutoTokenizer
