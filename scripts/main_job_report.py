@@ -10,7 +10,8 @@ turn, and scores each reply:
 - right: valid, and all three values equal the row's completion.
 
 It prints the table, the first two held-out rows side by side (always rows 1 and 2: no sample is
-picked), and the loss curve from metrics.jsonl, and writes the same text to --report.
+picked), and the loss curve from metrics.jsonl, writes the same text to --report, and every reply
+with its scores to replies.jsonl beside it.
 """
 
 from __future__ import annotations
@@ -72,7 +73,9 @@ async def report(args) -> list[str]:
     base = await service.create_sampling_client(base_model=args.model)
     trained_client = await service.create_training_client_from_state(checkpoint["path"])
     trained = await trained_client.save_weights_and_get_sampling_client()
-    tokenizer = base.get_tokenizer()
+    # The training client's tokenizer is the server's local copy (a base model name would send
+    # the SDK to the Hugging Face hub).
+    tokenizer = trained_client.get_tokenizer()
     end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     stop = [end] if isinstance(end, int) and end != tokenizer.unk_token_id else [tokenizer.eos_token_id]
 
@@ -92,6 +95,13 @@ async def report(args) -> list[str]:
     }
     expected = [json.loads(row["completion"]) for row in rows]
     n = len(rows)
+    with open(args.report.with_name("replies.jsonl"), "w", encoding="utf-8") as handle:
+        for index, row in enumerate(rows):
+            record = {"row": index + 1, "prompt": row["prompt"], "wanted": row["completion"]}
+            for name in ("base", "trained"):
+                record[name] = replies[name][index]
+                record[f"{name}_scores"] = score(replies[name][index], expected[index])
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
     lines = [
         f"== before / after on the {n} held-out rows of {args.eval} (greedy, same prompts)",
         "",
