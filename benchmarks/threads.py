@@ -22,7 +22,11 @@ import time
 
 import torch
 
-BUSY = "import torch\ntorch.set_num_threads(1)\na = torch.randn(1024, 1024)\nwhile True:\n    a @ a\n"
+# A one-thread matmul loop that ends when this process does (however it ends).
+BUSY = (
+    "import os, torch\ntorch.set_num_threads(1)\na = torch.randn(1024, 1024)\n"
+    "parent = os.getppid()\nwhile os.getppid() == parent:\n    a @ a\n"
+)
 
 
 def main() -> int:
