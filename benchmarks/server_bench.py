@@ -150,8 +150,7 @@ def main() -> int:
             )
 
             def local_sample() -> None:
-                with engine.use(None) as model:
-                    generate(model, engine.tokenizer, request, engine.max_length)
+                generate(engine.sampling_weights(None)(), engine.tokenizer, request, engine.max_length)
 
             # Through the SDK.
             service = tinker.ServiceClient(base_url=url, api_key="tml-local")

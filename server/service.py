@@ -1,9 +1,11 @@
 """The server's state: sessions, training clients, samplers, futures, and the engine thread.
 
-Everything here runs on the event loop, except the engine calls, which go to a single worker
-thread (:meth:`TinkerService.on_engine`), so torch work never blocks HTTP and the engine never
-sees two operations at once. Registries are only changed on the event loop: work that creates a
-client or a sampler hands its bookkeeping back through :attr:`Outcome.then`.
+Everything here runs on the event loop, except the engine calls, which go to the engine thread
+of the :class:`~rtc.server.scheduler.Scheduler` (:meth:`TinkerService.on_engine` for jobs,
+:meth:`TinkerService._submit_sampling` for sampling, which the scheduler batches across
+requests), so torch work never blocks HTTP and the engine never sees two operations at once.
+Registries are only changed on the event loop: work that creates a client or a sampler hands its
+bookkeeping back through :attr:`Outcome.then`.
 
 Methods take requests already validated at the edge (:mod:`rtc.server.requests`, the protobuf
 decoder) and raise :class:`~rtc.server.errors.ServiceError`; this layer knows nothing of HTTP.
@@ -45,7 +47,6 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,8 @@ from .futures import FutureStore, OrderedLane, Outcome
 from .limits import Limits
 from .losses import LossInputError, check_inputs, check_loss
 from .models import PreparedModel
-from .sampling import DEFAULT_MAX_TOKENS, SamplingRequest, generate
+from .sampling import DEFAULT_MAX_TOKENS, SamplingRequest
+from .scheduler import Scheduler, WorkCancelled
 from .state import CheckpointRef, CheckpointStore, check_name
 
 log = logging.getLogger("rtc.serve")
@@ -189,7 +191,7 @@ class TinkerService:
         self.sessions: dict[str, Session] = {}
         self.runs: dict[str, TrainingRun] = {}
         self.samplers: dict[str, Sampler] = {}
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rtc-engine")
+        self.scheduler = Scheduler(engine)
         self._names = itertools.count(1)
         self._announced: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -199,10 +201,10 @@ class TinkerService:
     def close(self) -> None:
         for run in self.runs.values():
             run.lane.close()
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self.scheduler.close()
 
-    async def on_engine(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+    async def on_engine(self, fn: Callable[..., Any], *args: Any, owner: str | None = None) -> Any:
+        return await asyncio.wrap_future(self.scheduler.submit(fn, *args, owner=owner))
 
     @staticmethod
     def _outcome_of(fn: Callable[[], Outcome]) -> Callable[[], Outcome]:
@@ -213,7 +215,7 @@ class TinkerService:
                 return fn()
             except ServiceError as error:
                 return Outcome(error=error.detail, category=error.category)
-            except (EngineUserError, LossInputError) as error:
+            except (EngineUserError, LossInputError, WorkCancelled) as error:
                 return Outcome(error=str(error), category="user")
             except Exception as error:
                 log.exception("engine error")
@@ -236,7 +238,10 @@ class TinkerService:
                     error=f"session {session_id} has finished; its queued work was dropped", category="user"
                 )
             else:
-                outcome = await self.on_engine(self._outcome_of(work))
+                try:
+                    outcome = await self.on_engine(self._outcome_of(work), owner=session_id)
+                except WorkCancelled as error:  # its session finished while it waited
+                    outcome = Outcome(error=str(error), category="user")
             if outcome.then is not None and outcome.error is None:
                 pending = outcome.then()
                 if inspect.isawaitable(pending):
@@ -297,12 +302,22 @@ class TinkerService:
     def _submit_sampling(self, session: Session, adapter: str | None, request: SamplingRequest) -> str:
         """The one place sampling work is queued."""
 
-        def work() -> Outcome:
-            with self.engine.use(adapter) as model:
-                result = generate(model, self.engine.tokenizer, request, self.engine.max_length)
-            return Outcome(proto=protocol.encode_sample(result))
+        self._queue_slot(session)
+        request_id = self.futures.create(session.session_id)
 
-        return self._spawn(session, work)
+        async def finish() -> None:
+            sample = self.scheduler.sample(request, adapter, session.session_id)
+            try:
+                outcome = Outcome(proto=protocol.encode_sample(await asyncio.wrap_future(sample)))
+            except (EngineUserError, WorkCancelled) as error:
+                outcome = Outcome(error=str(error), category="user")
+            except Exception as error:
+                log.exception("sampling error")
+                outcome = Outcome(error=f"engine error: {type(error).__name__}: {error}", category="server")
+            self.futures.resolve(request_id, outcome)
+
+        self._background(finish())
+        return request_id
 
     # ----- lookups: an id is the proof of ownership (see the module docstring) ------------
 
@@ -452,6 +467,7 @@ class TinkerService:
             return
         session.finished = True
         session.finished_at = time.time()
+        self.scheduler.cancel(session.session_id)
         runs = [r for r in self.runs.values() if r.session_id == session.session_id]
         samplers = [s for s in self.samplers.values() if s.session_id == session.session_id]
         for run in runs:

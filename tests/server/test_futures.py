@@ -96,15 +96,6 @@ def test_session_lifecycle_and_service_endpoints(server):
         assert http.post("/api/v1/session_heartbeat", json={"session_id": session_id}).status_code == 410
 
 
-def test_micro_batches_bound_tokens_and_keep_order():
-    from rtc.server.engine import Datum, micro_batches
-
-    data = [Datum(tokens=[0] * n, inputs={}) for n in (3, 3, 5, 1, 9, 2)]
-    groups = list(micro_batches(data, 6))
-    assert [[len(d.tokens) for d in g] for g in groups] == [[3, 3], [5, 1], [9], [2]]
-    assert [d for g in groups for d in g] == data
-
-
 def test_requests_of_one_client_run_in_seq_id_order_whatever_the_arrival(server, sentence):
     """forward (seq 3), optim_step (seq 2), forward_backward (seq 1), sent in that order."""
     from tinker import types

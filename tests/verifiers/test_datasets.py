@@ -17,6 +17,7 @@ DATASETS = {
     "match-capitals": ("environment", 16, 6),
     "dpo-chat": ("preferences", 24, 6),
     "sft-chat": ("demonstrations", 24, 6),
+    "sft-json": ("demonstrations", 160, 40),
     "tool-agents": ("demonstrations", 12, 4),
 }
 SIGNAL_KEYS = {
@@ -163,6 +164,20 @@ def test_arithmetic_generator_is_reproducible():
     train, held_out = generator.build_rows()
     assert generator.render(train) == (DATA_DIR / "math-arithmetic.jsonl").read_bytes()
     assert generator.render(held_out) == (DATA_DIR / "math-arithmetic.eval.jsonl").read_bytes()
+
+
+def test_json_sft_generator_is_reproducible_and_holds_out_people_and_cities():
+    spec = importlib.util.spec_from_file_location("_rtc_make_json_sft", DATA_DIR / "make_json_sft.py")
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    train, held_out = generator.make()
+    assert generator.render(train) == (DATA_DIR / "sft-json.jsonl").read_bytes()
+    assert generator.render(held_out) == (DATA_DIR / "sft-json.eval.jsonl").read_bytes()
+    seen = [json.loads(row["completion"]) for row in train]
+    for row in held_out:
+        wanted = json.loads(row["completion"])
+        assert all(wanted["name"] != s["name"] and wanted["city"] != s["city"] for s in seen)
+        assert str(wanted["age"]) in row["prompt"] and wanted["name"] in row["prompt"]
 
 
 def prompt_text(prompt):
