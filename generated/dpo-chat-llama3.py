@@ -216,6 +216,26 @@ def dry_run(args, rows: list[dict], fmt) -> None:
     print("dry run: data and plan are fine; nothing was sent")
 
 
+def run_tokens(fmt, rows: list[dict], eval_rows: list[dict], args) -> dict:
+    """The tokens of the whole run: forward_backward_custom reads each step's pairs twice (a forward
+    for the logprobs its loss needs, then forward_backward), each eval reads its pairs once (forward),
+    and the reference scores each distinct sequence once (compute_logprobs; Reference caches it)."""
+    pairs = {
+        id(row): [fmt.examples(conversation(row["prompt"], row[k]))[-1][0] for k in ("chosen", "rejected")]
+        for row in [*rows, *eval_rows]
+    }
+    inputs = {key: sum(len(tokens) - 1 for tokens in pair) for key, pair in pairs.items()}
+    batch = run_rows(rows, args, args.batch_size)
+    evals = evals_in_run(args, eval_rows)
+    scored = {tuple(tokens) for row in [*batch, *(eval_rows if evals else [])] for tokens in pairs[id(row)]}
+    trained = sum(inputs[id(row)] for row in batch)
+    return {
+        "train steps": Tokens(prefill=trained, train=trained),
+        "evals": Tokens(prefill=evals * sum(inputs[id(row)] for row in eval_rows)),
+        "reference": Tokens(prefill=sum(len(tokens) for tokens in scored)),
+    }
+
+
 async def train(
     run: Session, log: RunLog, args, rows: list[dict], eval_rows: list[dict], stop: StopFlag
 ) -> None:
@@ -898,6 +918,70 @@ def show_trained(title: str, messages: list[dict], fmt) -> None:
         print("    " + repr(fmt.text(trained)))
 
 
+# ---- Cost before the run (--dry-run): the tokens the whole run sends, at Tinker's prices ----
+
+# Tinker's price of BASE_MODEL, USD per million tokens; None: not in rtc's dated table (tokens only).
+PRICES = None
+PRICES_SOURCE = (
+    "Tinker's, in effect from 2026-07-17 (read 2026-10-07), "
+    "https://tinker-docs.thinkingmachines.ai/tinker/models/"
+)
+
+
+@dataclass
+class Tokens:
+    """The tokens one phase of the run sends to Tinker, as Tinker bills them."""
+
+    prefill: int = 0  # prompts read without a gradient: forward, compute_logprobs, a sample request's prompt
+    sample: int = 0  # tokens sampled, each sample counted at --max-tokens (the most it can take)
+    train: int = 0  # the inputs of forward_backward's datums
+    train_at_most: bool = False  # train includes sampled tokens, counted at --max-tokens
+
+
+def run_rows(rows: list[dict], args, per_step: int) -> list[dict]:
+    """The rows of every step of the whole run, epochs over the data in their shuffled order."""
+    return [row for step in range(args.steps) for row in rows_for_step(rows, step, per_step, args.seed)]
+
+
+def evals_in_run(args, eval_rows: list[dict]) -> int:
+    """How often evaluate() runs: every --eval-every steps from step 0, and once after the last step."""
+    return len(range(0, args.steps, args.eval_every)) + 1 if eval_rows and args.eval_every else 0
+
+
+def cost_lines(args, rows: list[dict], eval_rows: list[dict], fmt) -> list[str]:
+    """The tokens of the whole run by phase (the method's run_tokens, and the closing sample) and
+    what they cost at PRICES, as --dry-run prints them (and `rtc explain`)."""
+    if fmt is None:
+        return [f"cost: tokens not counted: the tokenizer of {args.model} is not on this machine"]
+    phases = run_tokens(fmt, rows, eval_rows, args)
+    if phases is None:
+        return ["cost: not estimated: this loop does not count its tokens (run_tokens)"]
+    row = (eval_rows or rows)[0]  # show_sample's one request after the last step
+    shown = fmt.prompt(as_messages(row["prompt"]), room=args.max_tokens).tokens
+    phases["closing sample"] = Tokens(prefill=len(shown), sample=args.max_tokens)
+    phases["whole run"] = Tokens(
+        prefill=sum(t.prefill for t in phases.values()),
+        sample=sum(t.sample for t in phases.values()),
+        train=sum(t.train for t in phases.values()),
+        train_at_most=any(t.train_at_most for t in phases.values()),
+    )
+    lines = [f"cost of the whole run, in tokens of {fmt.name}:"]
+    for name, t in phases.items():
+        train = ("<= " if t.train_at_most else "   ") + f"{t.train:>13,}"
+        lines.append(f"   {name:<15} prefill {t.prefill:>13,} | sample <= {t.sample:>13,} | train {train}")
+    lines.append(f"   prices: {PRICES_SOURCE}")
+    if PRICES is None or args.model != BASE_MODEL:
+        lines.append(f"   price of {args.model}: not in that table; tokens only")
+        return lines
+    total = phases["whole run"]
+    dollars = {kind: getattr(total, kind) * PRICES[kind] / 1e6 for kind in ("prefill", "sample", "train")}
+    per_million = ", ".join(f"{kind} ${price:g}" for kind, price in PRICES.items())
+    lines.append(f"   price of {args.model} per million tokens: {per_million}")
+    parts = " + ".join(f"{kind} ${value:,.2f}" for kind, value in dollars.items())
+    lines.append(f"   estimated cost: at most ${sum(dollars.values()):,.2f} ({parts})")
+    return lines
+
+
 def print_plan(args, rows: list[dict], eval_rows: list[dict]) -> None:
     print(f"== {RUN_NAME}: dpo on {args.model}")
     print(f"   data {args.data} ({len(rows)} rows), eval {args.eval_data or '-'} ({len(eval_rows)} rows)")
@@ -946,6 +1030,7 @@ def main(argv: list[str] | None = None) -> int:
                 check_lengths(fmt, rows, args, "--data")
                 if eval_rows:
                     check_lengths(fmt, eval_rows, args, "--eval-data")
+            print("\n".join(cost_lines(args, rows, eval_rows, fmt)))
             dry_run(args, rows, fmt)
             return 0
     except DataError as exc:
