@@ -1252,8 +1252,8 @@ def cost_lines(args, rows: list[dict], eval_rows: list[dict], fmt) -> list[str]:
     dollars = {kind: getattr(total, kind) * PRICES[kind] / 1e6 for kind in ("prefill", "sample", "train")}
     per_million = ", ".join(f"{kind} ${price:g}" for kind, price in PRICES.items())
     lines.append(f"   price of {args.model} per million tokens: {per_million}")
-    parts = " + ".join(f"{kind} ${value:,.2f}" for kind, value in dollars.items())
-    lines.append(f"   estimated cost: at most ${sum(dollars.values()):,.2f} ({parts})")
+    parts = " + ".join(f"{kind} ${value:,.4f}" for kind, value in dollars.items())
+    lines.append(f"   estimated cost: at most ${sum(dollars.values()):,.4f} ({parts})")
     return lines
 
 
