@@ -173,18 +173,25 @@ def schema_cmd() -> None:
 
 @cli.command("explain")
 @click.argument("card", type=click.Path(dir_okay=False))
-def explain_cmd(card: str) -> None:
-    """Print the fully resolved CARD and where each value came from.
+@click.option("--no-cost", is_flag=True, help="Skip the cost estimate (it counts the data's tokens).")
+def explain_cmd(card: str, no_cost: bool) -> None:
+    """Print the fully resolved CARD and where each value came from, then the cost of the whole run
+    on the card's data (the estimate of the loop's --dry-run).
 
     \b
     Example:
       rtc explain recipes/grpo-math-qwen3.yaml
     """
     from .build import load_resolved
-    from .explain import explain_lines
+    from .explain import estimate_lines, explain_lines
 
-    for line in explain_lines(load_resolved(card)):
+    resolved = load_resolved(card)
+    for line in explain_lines(resolved):
         click.echo(line)
+    if not no_cost:
+        click.echo("")
+        for line in estimate_lines(resolved):
+            click.echo(line)
 
 
 @cli.command("new")

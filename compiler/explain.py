@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from .resolve import ResolvedCard
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .resolve import ResolvedCard, data_path
 
 
 def format_line(card: ResolvedCard) -> str:
@@ -58,3 +64,48 @@ def explain_lines(card: ResolvedCard) -> list[str]:
         shown = repr(value) if isinstance(value, str) else str(value)
         lines.append(f"{name.ljust(width)}  {shown}  <- {origin}")
     return lines
+
+
+# Run in a fresh interpreter: the compiled loop's own --dry-run estimate (cost_lines) for the card's
+# data, printed as one JSON line; everything else the loop prints goes to stderr.
+ESTIMATE = """
+import contextlib, importlib.util, json, sys
+path, *data = sys.argv[1:]
+with contextlib.redirect_stdout(sys.stderr):
+    spec = importlib.util.spec_from_file_location("rtc_estimate", path)
+    loop = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loop)
+    args = loop.parse_args(["--dry-run", "--data", data[0], *(["--eval-data", data[1]] if data[1:] else [])])
+    rows = loop.load_dataset(args.data)
+    eval_rows = loop.load_dataset(args.eval_data) if args.eval_data else loop.Rows([], [])
+    lines = loop.cost_lines(args, rows, eval_rows, loop.local_format(args))
+print(json.dumps(lines))
+"""
+
+
+def estimate_lines(card: ResolvedCard) -> list[str]:
+    """The cost estimate that `python LOOP --dry-run` prints for the card's own data (data.train,
+    data.eval): the compiled loop computes it in a subprocess, so that the tokenizers (tml-renderers
+    imports torch) are never imported into rtc itself. Never raises: a failure is a line saying why."""
+    if card.data_train is None:
+        return ["cost: the card names no data (data.train); `python LOOP --dry-run --data FILE` estimates it"]
+    from .render import render  # jinja2: only where a loop is rendered
+
+    data = [str(Path(data_path(card, rel)).resolve()) for rel in (card.data_train, card.data_eval) if rel]
+    with tempfile.TemporaryDirectory(prefix="rtc-explain-") as tmp:
+        loop = Path(tmp) / f"{card.name}.py"
+        loop.write_text(render(card, loop.name), encoding="utf-8")
+        try:
+            result = subprocess.run(
+                [sys.executable, "-c", ESTIMATE, str(loop), *data],
+                cwd=tmp,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+        except subprocess.TimeoutExpired:
+            return ["cost: not estimated: counting the tokens took over 10 minutes"]
+    if result.returncode != 0:
+        why = (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[-1]
+        return [f"cost: not estimated: {why}"]
+    return json.loads(result.stdout.splitlines()[-1])

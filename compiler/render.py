@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import dataclasses
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -17,7 +18,7 @@ from pathlib import Path
 import jinja2
 
 from . import __version__
-from .catalog import load_catalog
+from .catalog import load_catalog, load_prices
 from .errors import RtcError
 from .literals import (
     py_comment,
@@ -279,7 +280,16 @@ def context(card: ResolvedCard, filename: str) -> dict:
         "eot_origin": "with a chat template: from the catalog, checked against the tokenizer"
         if model.end_of_turn
         else "not in the catalog: taken from the tokenizer at start",
+        **price_context(card),
     }
+
+
+def price_context(card: ResolvedCard) -> dict:
+    """Tinker's price of the card's model (None where the dated table has none) and where it is from."""
+    table = load_prices()
+    price = table.prices.get(card.model.name)
+    prices = None if price is None else dataclasses.asdict(price)
+    return {"prices": prices, "prices_source": table.describe()}
 
 
 def parser_flags(source: str) -> list[str]:

@@ -340,3 +340,35 @@ def default_lr(model: Model, method: Method) -> tuple[float, str]:
     if scale != 1:
         note += f" x {scale:g} for {method.name}"
     return value, note
+
+
+@dataclass(frozen=True)
+class Price:
+    """Tinker's price of a model, USD per million tokens (prices.yaml)."""
+
+    prefill: float
+    sample: float
+    train: float
+
+
+@dataclass(frozen=True)
+class PriceTable:
+    source: str  # where the prices are published
+    effective: str  # the date they took effect
+    read: str  # the date rtc read them
+    prices: dict[str, Price]
+
+    def describe(self) -> str:
+        return f"Tinker's, in effect from {self.effective} (read {self.read}), {self.source}"
+
+
+@cache
+def load_prices() -> PriceTable:
+    """The dated price table (prices.yaml); every model in it must be one of models.yaml."""
+    doc = _read("prices.yaml")
+    prices = {name: Price(**{k: float(v) for k, v in p.items()}) for name, p in doc["prices"].items()}
+    unknown = sorted(set(prices) - set(load_catalog().models))
+    if unknown:
+        raise ValueError(f"rtc catalog is inconsistent:\n  prices.yaml: unknown models {', '.join(unknown)}")
+    dates = {"effective": str(doc["effective"]), "read": str(doc["read"])}
+    return PriceTable(source=doc["source"], prices=prices, **dates)

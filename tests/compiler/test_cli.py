@@ -203,7 +203,7 @@ def test_schema_prints_the_shipped_schema_and_every_card_fits_it():
 
 
 def _explain(card: str) -> dict[str, str]:
-    result = rtc("explain", card)
+    result = rtc("explain", "--no-cost", card)
     assert result.exit_code == 0, result.stderr
     header, *lines = result.stdout.splitlines()
     assert header.startswith(f"# {card} (sha256 ")
@@ -233,9 +233,8 @@ def test_explain_names_the_learning_rate_rule(at_root):
 
 def test_explain_shows_the_chat_format_its_thinking_mode_and_what_is_trained(at_root):
     CARD = "recipes/grpo-math-qwen3.yaml"  # noqa: N806
-    shown = {
-        line.split()[0]: " ".join(line.split()[1:]) for line in rtc("explain", CARD).stdout.splitlines()[1:]
-    }
+    lines = rtc("explain", "--no-cost", CARD).stdout.splitlines()[1:]
+    shown = {line.split()[0]: " ".join(line.split()[1:]) for line in lines}
     assert shown["format"] == "'qwen3 (tml-renderers Qwen3)' <- catalog: Qwen/Qwen3-8B"
     assert shown["thinking"] == "'on' <- renderer qwen3 default"
     assert shown["trained"] == "'<think>\\n\\n</think>\\n\\nANSWER<|im_end|>' <- renderers.yaml"
