@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from .catalog import default_lr, load_catalog
+from .catalog import default_lr, load_catalog, same_tokenizer
 from .errors import UsageError
 from .schema import SCHEMA_FILE
 from .validate import did_you_mean, fit_problems
@@ -68,7 +68,9 @@ def starter_card(*, signal: str, method: str, task: str, model: str, name: str |
     ]
     for used in spec.fields:
         value = defaults[used.name]
-        shown = str(value).lower() if isinstance(value, bool) else value
+        if used.name == "teacher" and value is None:
+            value = same_tokenizer(catalog.models[model])[0]  # the biggest model that reads its tokens
+        shown = "null" if value is None else str(value).lower() if isinstance(value, bool) else value
         lines.append(f"{used.name}: {shown}  # {used.comment}")
     lines += [
         f"{name}: {defaults[name]}  # {fields[name].starter}"
