@@ -34,7 +34,7 @@ def starter_card(*, signal: str, method: str, task: str, model: str, name: str |
     if misfits:
         raise UsageError("; ".join(f"--{field}: {message}" for field, message in misfits))
     short = re.sub(r"[^a-z0-9]+", "-", model.split("/")[-1].lower()).strip("-")
-    name = name or f"{method}-{task}-{short}"
+    name = name or f"{method.replace('_', '-')}-{task}-{short}"
     if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name):
         raise UsageError(f"--name {name!r} is not a slug: use lowercase letters, digits and '-'")
     defaults = {f.name: f.default for f in catalog.fields.values() if f.default is not None}
