@@ -96,7 +96,9 @@ CASES = [
     (
         "field the method does not use",
         "name: a\ntitle: t\nsignal: demonstrations\nmethod: sft\ntask: chat\nmodel: Qwen/Qwen3-8B\ngroup_size: 4\n",
-        ["card.yaml:7:1: group_size: does not apply to method sft (only to distill, grpo, prompt_distill, rewrite, sdft); remove it"],
+        [
+            "card.yaml:7:1: group_size: does not apply to method sft (only to distill, grpo, prompt_distill, rewrite, sdft); remove it"
+        ],
     ),
     (
         "grpo with one sample per prompt",
