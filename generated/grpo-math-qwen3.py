@@ -11,10 +11,10 @@
   LoRA rank 32, 100 steps, learning rate 2e-05
 
 Tinker primitives used in this file:
-  sample                  sample completions from the current weights
-  forward_backward        accumulate LoRA gradients for a built-in loss
-  optim_step              Adam update of the adapter
-  save_state              checkpoint weights + optimizer for --resume
+  sample                    sample completions from the current weights
+  forward_backward          accumulate LoRA gradients for a built-in loss
+  optim_step                Adam update of the adapter
+  save_state                checkpoint weights + optimizer for --resume
 
 Run it on Tinker:
   pip install tinker==0.38.0 tml-renderers==0.2.1 torch==2.13.0

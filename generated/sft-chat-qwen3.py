@@ -9,10 +9,10 @@
   LoRA rank 32, 60 steps, learning rate 0.000491
 
 Tinker primitives used in this file:
-  forward_backward        accumulate LoRA gradients for a built-in loss
-  forward                 loss on held-out data, no gradients
-  optim_step              Adam update of the adapter
-  save_state              checkpoint weights + optimizer for --resume
+  forward_backward          accumulate LoRA gradients for a built-in loss
+  forward                   loss on held-out data, no gradients
+  optim_step                Adam update of the adapter
+  save_state                checkpoint weights + optimizer for --resume
 
 Run it on Tinker:
   pip install tinker==0.38.0 tml-renderers==0.2.1 torch==2.13.0

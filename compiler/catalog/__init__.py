@@ -76,6 +76,7 @@ class RowKey:
     name: str
     kind: str  # "messages" (str or chat messages) | "text" | "object"
     shown: str  # how the loop's header shows it
+    when: str | None = None  # "verifier": a key of the row only for tasks with a verifier
 
 
 @dataclass(frozen=True)
@@ -224,7 +225,10 @@ def load_catalog() -> Catalog:
         name: Signal(
             name=name,
             summary=d["summary"],
-            row=tuple(RowKey(name=key, kind=k["kind"], shown=k["shown"]) for key, k in d["row"].items()),
+            row=tuple(
+                RowKey(name=key, kind=k["kind"], shown=k["shown"], when=k.get("when"))
+                for key, k in d["row"].items()
+            ),
         )
         for name, d in methods_doc["signals"].items()
     }
@@ -299,6 +303,10 @@ def _check(catalog: Catalog) -> None:
         missing = [name for name in ("steps", "lr", "sampling", *method.uses) if name not in method.defaults]
         if missing:
             problems.append(f"{where}: no default for {', '.join(missing)}")
+    for signal in catalog.signals.values():
+        for key in signal.row:
+            if key.when not in (None, "verifier"):
+                problems.append(f"methods.yaml: signal {signal.name}: {key.name}: unknown when {key.when!r}")
     for model in catalog.models.values():
         if model.renderer not in catalog.renderers:
             problems.append(f"models.yaml: {model.name}: unknown renderer {model.renderer!r}")
@@ -372,3 +380,15 @@ def load_prices() -> PriceTable:
         raise ValueError(f"rtc catalog is inconsistent:\n  prices.yaml: unknown models {', '.join(unknown)}")
     dates = {"effective": str(doc["effective"]), "read": str(doc["read"])}
     return PriceTable(source=doc["source"], prices=prices, **dates)
+
+
+def same_tokenizer(model: Model) -> list[str]:
+    """The catalog models that read `model`'s tokens (its tml-renderers tokenizer, or for a family
+    without one there, its family): the models that can teach it, since a teacher scores the
+    student's own tokens. The biggest first."""
+    catalog = load_catalog()
+    if model.tokenizer is not None:
+        fits = [m for m in catalog.models.values() if m.tokenizer == model.tokenizer]
+    else:
+        fits = [m for m in catalog.models.values() if m.tokenizer is None and m.family == model.family]
+    return [m.name for m in sorted(fits, key=lambda m: -(m.params_b or 0))]

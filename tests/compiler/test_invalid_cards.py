@@ -57,7 +57,7 @@ CASES = [
         "name: a\ntitle: t\nsignal: demonstrations\nmethod: dpo\ntask: chat\nmodel: Qwen/Qwen3-8B\n",
         [
             "card.yaml:4:9: method: method dpo learns from preferences, not demonstrations; "
-            "for demonstrations use: sdft, sft"
+            "for demonstrations use: rewrite, sdft, sft"
         ],
     ),
     (
@@ -96,7 +96,9 @@ CASES = [
     (
         "field the method does not use",
         "name: a\ntitle: t\nsignal: demonstrations\nmethod: sft\ntask: chat\nmodel: Qwen/Qwen3-8B\ngroup_size: 4\n",
-        ["card.yaml:7:1: group_size: does not apply to method sft (only to grpo, sdft); remove it"],
+        [
+            "card.yaml:7:1: group_size: does not apply to method sft (only to distill, grpo, prompt_distill, rewrite, sdft); remove it"
+        ],
     ),
     (
         "grpo with one sample per prompt",

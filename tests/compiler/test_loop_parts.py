@@ -1,5 +1,5 @@
 """The pure parts of the generated loops, imported from generated/ and checked against tinker.types:
-datum alignment, the SDFT rewrite filter, dataset checks, the resume position, GRPO advantages, the
+datum alignment, the rewrite filter, dataset checks, the resume position, GRPO advantages, the
 DPO loss, and the chat format with a real tokenizer."""
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ def load(name: str):
 
 
 sdft = load("sdft-tool-agents-nemotron")
+rewrite = load("rewrite-chat-qwen3")
 sft = load("sft-chat-qwen3")
 grpo = load("grpo-math-qwen3")
 dpo = load("dpo-chat-llama3")
@@ -77,15 +78,16 @@ def test_rl_datum_puts_logprobs_and_advantages_on_completion_targets_only():
     ],
 )
 def test_rewrite_filter(answer, ended, expected):
-    assert sdft.rewrite_problem(sdft.Reply(answer, "", ended)) == expected
+    assert rewrite.rewrite_problem(rewrite.Reply(answer, "", ended)) == expected
 
 
-def test_teacher_sees_the_task_and_the_demonstration():
+@pytest.mark.parametrize("loop", [sdft, rewrite], ids=["sdft", "rewrite"])
+def test_teacher_sees_the_task_and_the_demonstration(loop):
     row = {
         "prompt": [{"role": "system", "content": "S"}, {"role": "user", "content": "Find X."}],
         "completion": "DEMO TEXT",
     }
-    messages = sdft.teacher_messages(row)
+    messages = loop.teacher_messages(row)
     assert messages[0] == {"role": "system", "content": "S"}
     assert messages[-1]["role"] == "user"
     assert messages[-1]["content"].startswith("Find X.\n\n")

@@ -146,7 +146,7 @@ def test_a_method_is_one_registry_entry_and_one_template(tmp_path):
 
 
 HOSTILE = '"""; import os; os.system("x"); """ \\N{BULLET} {{ x }} {% if %} \u2028 \' # \\'
-TASK_FOR_SIGNAL = {"environment": "math", "preferences": "chat", "demonstrations": "chat"}
+TASK_FOR_SIGNAL = {"environment": "math", "preferences": "chat", "demonstrations": "chat", "teacher": "math"}
 
 
 def _code_shape(source: str) -> str:
@@ -172,10 +172,12 @@ def test_hostile_text_in_every_text_field_changes_no_code(tmp_path, method):
         data = where / f"d{text[:40] if text else ''}.jsonl".replace("/", "_")
         data.write_text("{}\n", encoding="utf-8")
         card = where / "card.yaml"
+        # The teacher signal's own text field: the system prompt only its teacher reads.
+        teacher = f"teacher: Qwen/Qwen3-32B\nteacher_system_prompt: {_yaml_str(text)}\n"
         card.write_text(
             f"name: hostile\ntitle: {_yaml_str('T' + text)}\ndescription: {_yaml_str(text)}\n"
             f"system_prompt: {_yaml_str(text)}\nsignal: {signal}\nmethod: {method}\n"
-            f"task: {TASK_FOR_SIGNAL[signal]}\nmodel: Qwen/Qwen3-8B\n"
+            f"task: {TASK_FOR_SIGNAL[signal]}\nmodel: Qwen/Qwen3-8B\n{teacher if signal == 'teacher' else ''}"
             f"data: {{train: {_yaml_str(data.name)}, eval: {_yaml_str(data.name)}}}\n",
             encoding="utf-8",
         )
@@ -189,3 +191,10 @@ def test_hostile_text_in_every_text_field_changes_no_code(tmp_path, method):
         n.value for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "SYSTEM_PROMPT"
     )
     assert ast.literal_eval(prompt) == HOSTILE
+    if signal == "teacher":
+        teacher_prompt = next(
+            n.value
+            for n in tree.body
+            if isinstance(n, ast.Assign) and n.targets[0].id == "TEACHER_SYSTEM_PROMPT"
+        )
+        assert ast.literal_eval(teacher_prompt) == HOSTILE

@@ -6,9 +6,13 @@ loop then uses that model's own chat template)."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+
 import pytest
 import yaml
-from e2e_kit import DATA, ROOT, read_jsonl
+from e2e_kit import DATA, GENERATED, ROOT, read_jsonl, write_jsonl
 
 CARDS = sorted((ROOT / "recipes").glob("*.yaml"))
 # What each card's loop says it renders with, against its family's model.
@@ -24,26 +28,64 @@ FORMAT_NAME = {
 # Small sizes so every loop runs in seconds on the tiny model; the loop's code paths are all used.
 SIZES = {
     "grpo": ["--group-size", "2", "--prompts-per-step", "2", "--max-tokens", "8"],
-    "sdft": ["--group-size", "2", "--prompts-per-step", "2", "--max-tokens", "8"],
+    "sdft": ["--group-size", "2", "--prompts-per-step", "2", "--max-tokens", "8", "--topk", "5"],
+    "rewrite": ["--group-size", "2", "--prompts-per-step", "2", "--max-tokens", "8"],
+    "distill": ["--group-size", "2", "--prompts-per-step", "2", "--max-tokens", "8"],
+    "prompt_distill": ["--batch-size", "2", "--max-tokens", "8"],
     "sft": ["--batch-size", "4", "--max-tokens", "8"],
     "dpo": ["--batch-size", "2", "--max-tokens", "8"],
 }
 KEYS = {
     "grpo": {"train/reward", "train/accuracy", "train/skipped_frac", "train/sampled_tokens"},
-    "sdft": {"train/fallback_frac", "train/fallbacks"},
+    "sdft": {"train/teacher_entropy", "train/answer_tokens", "train/truncated"},
+    "rewrite": {"train/fallback_frac", "train/fallbacks"},
+    "distill": {"train/reverse_kl", "train/sampled_tokens", "train/truncated"},
+    "prompt_distill": {"train/n_tokens"},
     "sft": {"train/n_tokens"},
     "dpo": {"train/accuracy", "train/margin", "train/chosen_reward", "train/rejected_reward"},
 }
 # Every train record: the step, the loss, the learning rate, the step's time; and the optimizer's
 # own metrics when there was an update (GRPO skips it when every group had equal rewards).
+EVAL_ROWS = 8
 COMMON = {"step", "split", "train/loss", "train/n_datums", "optim/lr", "time/step"}
 
 
 @pytest.mark.parametrize("card", CARDS, ids=[c.stem for c in CARDS])
 def test_card_trains_in_its_familys_format(run_loop, family_server, tmp_path, card):
     spec = yaml.safe_load(card.read_text())
-    result = check_card_run(run_loop, tmp_path, spec, url=family_server(spec["model"]))
+    url = family_server(spec["model"])
+    data, extra = DATA / spec["data"]["train"].split("/")[-1], []
+    if spec["method"] == "prompt_distill":
+        data, extra = a_teacher_that_answers(run_loop, tmp_path, spec, url)
+    result = check_card_run(run_loop, tmp_path, spec, url=url, data=data, extra=extra)
     assert f"chat format: {FORMAT_NAME[spec['model']]}" in result.stdout, result.stdout
+    if spec["signal"] == "teacher":
+        assert "teacher: " in result.stdout  # the teacher it sampled, named
+
+
+def a_teacher_that_answers(run_loop, tmp_path, spec: dict, url: str) -> tuple[Path, list[str]]:
+    """Prompt distillation keeps only the teacher's right answers, and a random tiny teacher gets none
+    right. So first train the family's tiny model (SFT, on the same server) to answer every prompt of
+    the card, as its teacher reads them, with one word; the card's prompts are then graded by that
+    word, and the card runs with that checkpoint as its teacher (--teacher checkpoints.jsonl)."""
+    loop_spec = importlib.util.spec_from_file_location("teacher_card", GENERATED / f"{spec['name']}.py")
+    loop = importlib.util.module_from_spec(loop_spec)
+    sys.modules[loop_spec.name] = loop
+    loop_spec.loader.exec_module(loop)
+    rows = read_jsonl(DATA / spec["data"]["train"].split("/")[-1])
+    sft = write_jsonl(
+        tmp_path / "teacher-sft.jsonl",
+        [{"prompt": loop.teacher_messages(row["prompt"]), "completion": "Paris"} for row in rows],
+    )
+    result = run_loop(
+        "sft-chat-qwen3",
+        *("--model", spec["model"], "--data", sft, "--steps", "12", "--batch-size", "8", "--lr", "1e-2"),
+        *("--eval-every", "0", "--save-every", "0", "--max-tokens", "8", "--out", "teacher"),
+        url=url,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    graded = write_jsonl(tmp_path / "paris.jsonl", [{**row, "metadata": {"answer": "Paris"}} for row in rows])
+    return graded, ["--teacher", tmp_path / "runs" / "teacher" / "checkpoints.jsonl"]
 
 
 def test_a_stand_in_model_is_rendered_with_its_own_chat_template(run_loop, tmp_path):
@@ -53,13 +95,15 @@ def test_a_stand_in_model_is_rendered_with_its_own_chat_template(run_loop, tmp_p
     assert "not a model of this format" in result.stdout
 
 
-def check_card_run(run_loop, tmp_path, spec: dict, url: str | None = None):
+def check_card_run(run_loop, tmp_path, spec: dict, url: str | None = None, data=None, extra=()):
+    # At most EVAL_ROWS held-out prompts: a teacher scores each eval answer with its own request.
+    eval_rows = read_jsonl(DATA / spec["data"]["eval"].split("/")[-1])[:EVAL_ROWS]
     result = run_loop(
         spec["name"],
         "--data",
-        DATA / spec["data"]["train"].split("/")[-1],
+        data or DATA / spec["data"]["train"].split("/")[-1],
         "--eval-data",
-        DATA / spec["data"]["eval"].split("/")[-1],
+        write_jsonl(tmp_path / "eval.jsonl", eval_rows),
         "--steps",
         "3",
         "--eval-every",
@@ -67,6 +111,7 @@ def check_card_run(run_loop, tmp_path, spec: dict, url: str | None = None):
         "--save-every",
         "2",
         *SIZES[spec["method"]],
+        *extra,
         url=url,
     )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -173,9 +173,7 @@ def test_cancel_drops_an_owners_queued_and_running_work(engine, scheduler, token
     assert other.result(60).sequences
 
     # A request that is already decoding is dropped at its next step.
-    running = scheduler.sample(
-        request(tokenizer, PROMPTS[0], n=2, max_tokens=2000), None, owner="gone"
-    )
+    running = scheduler.sample(request(tokenizer, PROMPTS[0], n=2, max_tokens=2000), None, owner="gone")
     deadline = time.monotonic() + 30
     while scheduler.stats["decode_steps"] < 3 and time.monotonic() < deadline:
         time.sleep(0.001)
