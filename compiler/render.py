@@ -272,7 +272,9 @@ def context(card: ResolvedCard, filename: str) -> dict:
         "row_schema": "{" + ", ".join(f'"{key.name}": {key.shown}' for key in card.signal.row) + "}",
         "row_kinds": {key.name: key.kind for key in card.signal.row},
         "flags": [],
-        "imports": import_block([*BASE_IMPORTS, *method_imports(card), *verifier_imports, *rewards["judge_imports"]]),
+        "imports": import_block(
+            [*BASE_IMPORTS, *method_imports(card), *verifier_imports, *rewards["judge_imports"]]
+        ),
         "verifier_doc": verifier_doc,
         "verifier_body": verifier_body,
         "method_settings": settings,

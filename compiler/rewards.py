@@ -78,8 +78,11 @@ def reward_problems(card: RawCard) -> list[Problem]:
     method, task, model = data["method"], catalog.tasks[data["task"]], catalog.models[data["model"]]
     problems = []
     given = [name for name in REWARD_FIELDS if name in data]
+    centering = data.get("loss_config", {}).get("centering")
+    if centering is not None and centering < 0:
+        problems.append(card.problem(("loss_config", "centering"), "must be 0 or more"))
     if method != "grpo":
-        return [
+        return problems + [
             card.problem((name,), f"does not apply to method {method} (only to grpo); remove it", key=True)
             for name in given
         ]
@@ -114,7 +117,9 @@ def reward_problems(card: RawCard) -> list[Problem]:
                 message = f"applies only to task rubric (this card's task is {task.name}); remove it"
                 problems.append(card.problem((name,), message, key=True))
     if reward != "model" and not task.judge and data.get("reward_model") is not None:
-        problems.append(card.problem(("reward_model",), "applies only with reward: model; remove it", key=True))
+        problems.append(
+            card.problem(("reward_model",), "applies only with reward: model; remove it", key=True)
+        )
     if "length_penalty" in data and not model_scored:
         message = "applies only to rewards from a model (reward: model, or task rubric); remove it"
         problems.append(card.problem(("length_penalty",), message, key=True))
@@ -122,9 +127,6 @@ def reward_problems(card: RawCard) -> list[Problem]:
         value = data.get(name)
         if model_scored and isinstance(value, str) and (problem := _scorer_problem(value, model, name)):
             problems.append(card.problem((name,), problem))
-    centering = data.get("loss_config", {}).get("centering")
-    if centering is not None and centering < 0:
-        problems.append(card.problem(("loss_config", "centering"), "must be 0 or more"))
     return problems
 
 
