@@ -375,7 +375,7 @@ class Judge:
         return {"reward": 0.0, "correct": 0.0, "judge_retried": 1.0, "judge_malformed": 1.0}
 
 
-async def connect_scorer(service, fmt, args):
+async def connect_scorer(service, served: str, fmt, args):
     """A sampling client of the judge: a checkpoint (tinker://) or a base model. It must render in
     this loop's chat format, so it is refused when it was trained on a model of another format."""
     where = args.judge
@@ -384,7 +384,9 @@ async def connect_scorer(service, fmt, args):
     else:
         sampler = await service.create_sampling_client(base_model=where)
     base = sampler.get_base_model()
-    if base not in FORMAT_MODELS and base != args.model:
+    # The policy renders in its family's format (FORMAT_MODELS), so must the scorer; a local server's
+    # stand-in model serves every name with one model and its own template.
+    if served in FORMAT_MODELS and base not in FORMAT_MODELS:
         raise SystemExit(
             f"error: {where} is a checkpoint of {base}, which renders in another chat format than "
             f"this loop ({', '.join(FORMAT_MODELS)})"
@@ -554,7 +556,8 @@ async def train(
     training, fmt = run.training, run.fmt
     adam = adam_params(args)
     # The judge's sampling client: it scores every completion of every step.
-    scorer = await connect_scorer(run.service, fmt, args)
+    served = training.get_info().model_data.model_name or args.model
+    scorer = await connect_scorer(run.service, served, fmt, args)
     for step in range(run.start, args.steps):
         # ---- Eval: held-out rows, never trained on ----
         if eval_rows and args.eval_every and step % args.eval_every == 0:
