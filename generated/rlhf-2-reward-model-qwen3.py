@@ -283,7 +283,7 @@ def dry_run(args, rows: list[dict], fmt) -> None:
     row = rows_for_step(rows, 0, 1, args.seed)[0]
     for key in ("chosen", "rejected"):
         question = rm_messages(as_messages(row["prompt"]), row[key])
-        show_prompt(f"the reward model's question about the {key} response:", question, fmt)
+        show_prompt(f"the reward model's prompt for the first pair's {key} response:", question, fmt)
         answered = [*question, {"role": "assistant", "content": RM_VERDICTS[0]}]
         show_trained(f"its verdict turn {RM_VERDICTS[0]!r} (and {RM_VERDICTS[1]!r}):", answered, fmt)
     print("dry run: data and plan are fine; nothing was sent")
