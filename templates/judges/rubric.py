@@ -62,7 +62,7 @@ def rubric_problem(rubric: object) -> str | None:
     names = set()
     for i, criterion in enumerate(criteria):
         if not isinstance(criterion, dict) or set(criterion) - {"name", "description", "weight"}:
-            return f"criteria[{i}] must be {{name, description, weight?}}"
+            return f"criteria[{i}] must be an object with a name, a description and an optional weight"
         name, description = criterion.get("name"), criterion.get("description")
         if not isinstance(name, str) or not _RUBRIC_NAME.fullmatch(name):
             return f"criteria[{i}].name must be a word of letters, digits, '_' or '-' (up to 40)"
