@@ -102,7 +102,7 @@ def reward_problems(card: RawCard) -> list[Problem]:
                     f"task {task.name} has its own verifier; reward: model is for tasks without one (chat)",
                 )
             )
-    elif task.verifier is None:
+    elif task.verifier is None and data["signal"] in task.signals:  # else the signal rule says it
         problems.append(
             card.problem(
                 ("task",),
