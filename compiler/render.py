@@ -31,6 +31,7 @@ from .literals import (
     wrap_text,
 )
 from .resolve import ResolvedCard, data_path
+from .rewards import method_imports, reward_context, reward_loss_line
 
 # The templates ship as the package `rtc.templates` (the folder templates/ of the source tree).
 TEMPLATES = Path(str(resources.files("rtc.templates")))
@@ -101,13 +102,13 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def verifier_source(name: str) -> tuple[list[str], list[str], str]:
+def verifier_source(name: str, folder: str = "verifiers") -> tuple[list[str], list[str], str]:
     """Split a verifier module into its import lines, its docstring's lines and its body.
 
     The docstring (what the verifier checks, and for the code sandbox what it does not protect
     against) becomes a comment above the inlined body, so the loop's reader sees it.
     """
-    source = (TEMPLATES / "verifiers" / f"{name}.py").read_text(encoding="utf-8")
+    source = (TEMPLATES / folder / f"{name}.py").read_text(encoding="utf-8")
     tree = ast.parse(source)
     lines = source.splitlines()
     imports: list[str] = []
@@ -246,12 +247,13 @@ def context(card: ResolvedCard, filename: str) -> dict:
     if card.task.verifier and any(key.kind == "metadata" for key in keys):
         verifier_imports, verifier_doc, verifier_body = verifier_source(card.task.verifier)
     settings = method_settings(card)
+    rewards = reward_context(card)  # a reward model's or a judge's prompt (rewards.py)
     positive = ["steps", "rank", "max_tokens"]
     positive += [s["flag"][2:].replace("-", "_") for s in settings if s["flag"] and s["positive"]]
     loss_line = card.loss.name
     if card.loss_config:
         loss_line += " (" + ", ".join(f"{k}={v:g}" for k, v in card.loss_config.items()) + ")"
-    loss_line += " " + card.method.loss_line
+    loss_line += " " + reward_loss_line(card)
     model = card.model
     size = (
         model.size + (f", context {model.context}" if model.context else "") + f", thinking {model.thinking}"
@@ -282,10 +284,13 @@ def context(card: ResolvedCard, filename: str) -> dict:
         "row_kinds": {key.name: key.kind for key in keys},
         "teacher_models": tuple(same_tokenizer(model)),
         "flags": [],
-        "imports": import_block([*BASE_IMPORTS, *card.method.imports, *verifier_imports]),
+        "imports": import_block(
+            [*BASE_IMPORTS, *method_imports(card), *verifier_imports, *rewards["judge_imports"]]
+        ),
         "verifier_doc": verifier_doc,
         "verifier_body": verifier_body,
         "method_settings": settings,
+        **rewards,
         "positive_args": tuple(positive),
         "lr_origin": "from the card" if card.origins["lr"] == "card" else card.origins["lr"],
         "eot_origin": "with a chat template: from the catalog, checked against the tokenizer"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .card import RawCard
 from .catalog import Loss, Method, Model, Renderer, Signal, Task, default_lr, load_catalog
+from .rewards import RewardSpec, resolve_reward
 
 # When the catalog does not know a model's context length.
 FALLBACK_MAX_LENGTH = 32768
@@ -55,6 +56,7 @@ class ResolvedCard:
     source: str
     card_sha256: str
     origins: dict[str, str] = field(default_factory=dict)
+    reward: RewardSpec | None = None  # rewards from a reward model or a rubric judge (grpo), else None
 
 
 def resolve(card: RawCard, source: str | None = None) -> ResolvedCard:
@@ -143,6 +145,7 @@ def resolve(card: RawCard, source: str | None = None) -> ResolvedCard:
         source=source if source is not None else card.file,
         card_sha256=hashlib.sha256(card.text.encode("utf-8")).hexdigest(),
         origins=origins,
+        reward=resolve_reward(data, origins),
     )
     return resolved
 

@@ -16,6 +16,7 @@ import jsonschema
 from .card import RawCard, dotted
 from .catalog import load_catalog, same_tokenizer
 from .errors import CardError, Problem
+from .rewards import reward_problems
 from .schema import card_schema
 
 
@@ -220,6 +221,7 @@ def rule_problems(card: RawCard) -> list[Problem]:
             )
         )
 
+    problems += reward_problems(card)  # reward, reward_model, judge, rubric, length_penalty
     base = Path(card.file).parent
     for split, rel in data.get("data", {}).items():
         if not (base / rel).is_file():

@@ -2,7 +2,8 @@
 
   Signal : preferences: Pairs of a preferred and a rejected completion for the same prompt.
   Method : dpo: Direct preference optimisation against the frozen initial weights.
-  Task   : chat: General assistant conversations.
+  Task   : chat: General assistant conversations (under environment, rewards come from a reward
+           model).
   Model  : meta-llama/Llama-3.1-8B-Instruct (dense, 8.03B, context 131072, thinking none)
   Format : the chat template of meta-llama/Llama-3.1-8B-Instruct; a demonstration trains
            ANSWER<|eot_id|> (↵: a newline)

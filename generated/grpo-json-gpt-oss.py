@@ -442,7 +442,7 @@ def run_tokens(fmt, rows: list[dict], eval_rows: list[dict], args) -> dict:
     }
     batch = run_rows(rows, args, args.prompts_per_step)
     group, most, evals = args.group_size, args.max_tokens, evals_in_run(args, eval_rows)
-    return {
+    phases = {
         "train steps": Tokens(
             prefill=sum(prompt[id(row)] for row in batch),  # one request per prompt, group_size samples
             sample=len(batch) * group * most,
@@ -454,6 +454,7 @@ def run_tokens(fmt, rows: list[dict], eval_rows: list[dict], args) -> dict:
             sample=evals * len(eval_rows) * EVAL_SAMPLES * most,
         ),
     }
+    return phases
 
 
 async def train(

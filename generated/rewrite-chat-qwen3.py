@@ -4,7 +4,8 @@
   Method : rewrite: Rewrite, then SFT; the model rewrites each demonstration while reading it, and
            is trained on the rewrite with the task alone (hard labels from a sample that saw the
            answer; the student never answers the bare task).
-  Task   : chat: General assistant conversations.
+  Task   : chat: General assistant conversations (under environment, rewards come from a reward
+           model).
   Model  : Qwen/Qwen3-4B-Instruct-2507 (dense, 4B, context 262144, thinking none)
   Format : tml-renderers Qwen3.instruct; a demonstration trains ANSWER<|im_end|> (↵: a newline)
   Loss   : cross_entropy on on-policy rewrites of the demonstrations (the demonstration where a

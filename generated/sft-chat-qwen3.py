@@ -2,7 +2,8 @@
 
   Signal : demonstrations: Expert completions to imitate.
   Method : sft: Supervised fine-tuning on the demonstrations (loss on completion tokens only).
-  Task   : chat: General assistant conversations.
+  Task   : chat: General assistant conversations (under environment, rewards come from a reward
+           model).
   Model  : Qwen/Qwen3-4B-Instruct-2507 (dense, 4B, context 262144, thinking none)
   Format : tml-renderers Qwen3.instruct; a demonstration trains ANSWER<|im_end|> (↵: a newline)
   Loss   : cross_entropy on the demonstration tokens

@@ -165,6 +165,7 @@ class Task:
     verifier: str | None
     accuracy: bool
     system_prompt: str | None
+    judge: bool = False  # graded by a judge model against a rubric (task rubric), not by a verifier
 
 
 @dataclass(frozen=True)
@@ -253,6 +254,7 @@ def load_catalog() -> Catalog:
             verifier=d["verifier"],
             accuracy=bool(d["accuracy"]),
             system_prompt=d["system_prompt"],
+            judge=bool(d.get("judge", False)),
         )
         for name, d in tasks_doc["tasks"].items()
     }

@@ -70,10 +70,18 @@ CASES = [
     ),
     (
         "task does not fit the signal",
+        "name: a\ntitle: t\nsignal: environment\nmethod: grpo\ntask: tool-agents\nmodel: Qwen/Qwen3-8B\n",
+        [
+            "card.yaml:5:7: task: task tool-agents does not fit signal environment; "
+            "for environment use: chat, code, json, match, math, rubric"
+        ],
+    ),
+    (
+        "grpo on a task without a verifier, and no reward model",
         "name: a\ntitle: t\nsignal: environment\nmethod: grpo\ntask: chat\nmodel: Qwen/Qwen3-8B\n",
         [
-            "card.yaml:5:7: task: task chat does not fit signal environment; "
-            "for environment use: code, json, match, math"
+            "card.yaml:5:7: task: task chat has no verifier: set reward: model and a reward_model (or pass "
+            "--reward-model), or use task rubric with a judge"
         ],
     ),
     (

@@ -34,6 +34,14 @@ SIZES = {
     "prompt_distill": ["--batch-size", "2", "--max-tokens", "8"],
     "sft": ["--batch-size", "4", "--max-tokens", "8"],
     "dpo": ["--batch-size", "2", "--max-tokens", "8"],
+    "reward_model": ["--batch-size", "2", "--max-tokens", "8"],
+}
+# What a card needs beyond its method's sizes: a scorer for GRPO against a reward model (the base
+# model as a zero-shot judge here; tests/e2e/test_rewards.py chains a trained one), and a judge that
+# is reached (samples cut at 8 tokens are graded) in a few tokens.
+EXTRA = {
+    "rlhf-3-grpo-qwen3": ["--reward-model", "Qwen/Qwen3-4B-Instruct-2507"],
+    "grpo-rubric-qwen3": ["--grade-truncated", "--judge-max-tokens", "8"],
 }
 KEYS = {
     "grpo": {"train/reward", "train/accuracy", "train/skipped_frac", "train/sampled_tokens"},
@@ -43,6 +51,7 @@ KEYS = {
     "prompt_distill": {"train/n_tokens"},
     "sft": {"train/n_tokens"},
     "dpo": {"train/accuracy", "train/margin", "train/chosen_reward", "train/rejected_reward"},
+    "reward_model": {"train/accuracy", "train/margin", "train/chosen_score", "train/rejected_score"},
 }
 # Every train record: the step, the loss, the learning rate, the step's time; and the optimizer's
 # own metrics when there was an update (GRPO skips it when every group had equal rewards).
@@ -112,6 +121,7 @@ def check_card_run(run_loop, tmp_path, spec: dict, url: str | None = None, data=
         "2",
         *SIZES[spec["method"]],
         *extra,
+        *EXTRA.get(spec["name"], []),
         url=url,
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -129,6 +139,8 @@ def check_card_run(run_loop, tmp_path, spec: dict, url: str | None = None, data=
         assert all(key == "step" or key == "split" or key.startswith("eval/") for key in record), record
     checkpoints = read_jsonl(run_dir / "checkpoints.jsonl")
     assert [c["step"] for c in checkpoints] == [1, 2]
+    if spec["method"] == "reward_model":  # what a GRPO run scores with
+        assert all("/sampler_weights/" in c["sampler_path"] for c in checkpoints)
     assert all(c["path"].startswith("tinker://") for c in checkpoints)
     assert "sample from the trained weights:" in result.stdout
     return result
