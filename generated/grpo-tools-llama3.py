@@ -1581,28 +1581,52 @@ async def run_calls(episode: Episode, reply: ToolReply, args) -> None:
     episode.messages += [message, *results]
 
 
-async def run_episode(sampler, fmt, row: dict, args, seed: int) -> Episode:
-    """Sample a turn, run the tools it calls, show their results, sample again: until the model
-    answers, a turn is cut at --max-tokens, the transcript fills the context, or --max-turns pass."""
+async def sample_turn(sampler, fmt, messages: list[dict], turn: int, args, n: int, seed: int) -> tuple:
+    """(prompt, response) of `n` samples of the next turn; response None when the transcript leaves no
+    room in the context. The first prompt may be cut (OVERLONG); a transcript never is."""
+    prompt = fmt.prompt(messages, room=args.max_tokens if turn == 0 else None)
+    room = min(args.max_tokens, fmt.max_length - len(prompt.tokens))
+    if room < 1:
+        return prompt, None
+    params = types.SamplingParams(
+        max_tokens=room, temperature=args.temperature, top_p=TOP_P, stop=fmt.stop, seed=seed
+    )
+    response = await sampler.sample(
+        prompt=types.ModelInput.from_ints(prompt.tokens),
+        num_samples=n,
+        sampling_params=params,
+        include_prompt_logprobs=LOSS == "dro",
+    )
+    return prompt, response
+
+
+async def run_group(sampler, fmt, row: dict, args, n: int, seed: int) -> list[Episode]:
+    """`n` episodes of one row. Their first turns share the prompt, so one request samples them all;
+    then each episode goes on by itself (their transcripts differ), all of them at once."""
+    messages = as_messages(row["prompt"])
+    prompt, response = await sample_turn(sampler, fmt, messages, 0, args, n, seed)
+    firsts = response.sequences if response is not None else [None] * n
+    episodes = [
+        run_episode(sampler, fmt, row, args, (prompt, response, first), seed + (g + 1) * args.max_turns)
+        for g, first in enumerate(firsts)
+    ]
+    return list(await asyncio.gather(*episodes))
+
+
+async def run_episode(sampler, fmt, row: dict, args, first: tuple, seed: int) -> Episode:
+    """Read a turn, run the tools it calls, show their results, sample the next turn: until the model
+    answers, a turn is cut at --max-tokens, the transcript fills the context, or --max-turns pass.
+    `first` is the first turn, sampled for the whole group: (prompt, response, sequence)."""
     episode = Episode(as_messages(row["prompt"]), [], dict.fromkeys(TOOL_SIGNATURES, 0))
+    prompt, response, sequence = first
     reply = None
     for turn in range(args.max_turns):
-        # The first prompt may be cut (OVERLONG); a transcript never is: it ends the episode instead.
-        prompt = fmt.prompt(episode.messages, room=args.max_tokens if turn == 0 else None)
-        room = min(args.max_tokens, fmt.max_length - len(prompt.tokens))
-        if room < 1:
-            episode.end = "context"
+        if turn > 0:
+            prompt, response = await sample_turn(sampler, fmt, episode.messages, turn, args, 1, seed + turn)
+            sequence = response.sequences[0] if response is not None else None
+        if sequence is None:
+            episode.end = "context"  # the transcript fills the context: no room for another turn
             break
-        params = types.SamplingParams(
-            max_tokens=room, temperature=args.temperature, top_p=TOP_P, stop=fmt.stop, seed=seed + turn
-        )
-        response = await sampler.sample(
-            prompt=types.ModelInput.from_ints(prompt.tokens),
-            num_samples=1,
-            sampling_params=params,
-            include_prompt_logprobs=LOSS == "dro",
-        )
-        sequence = response.sequences[0]
         episode.turns.append(
             Turn(prompt.tokens, response.prompt_logprobs, list(sequence.tokens), list(sequence.logprobs))
         )
@@ -1635,13 +1659,11 @@ def episode_verdict(episode: Episode, reply: ToolReply | None, metadata: dict, a
 async def run_groups(sampler, fmt, rows: list[dict], args, n: int, seed: int) -> list[list[Episode]]:
     """`n` episodes of every row, all running at once: each turn's sampling request goes out as soon as
     its episode is ready for it, so the requests of a step are issued together, not one by one."""
-    episodes = [
-        run_episode(sampler, fmt, row, args, seed + (i * n + g) * args.max_turns)
+    groups = [
+        run_group(sampler, fmt, row, args, n, seed + i * (n + 1) * args.max_turns)
         for i, row in enumerate(rows)
-        for g in range(n)
     ]
-    done = await asyncio.gather(*episodes)
-    return [list(done[i * n : (i + 1) * n]) for i in range(len(rows))]
+    return list(await asyncio.gather(*groups))
 
 
 def episode_datums(episode: Episode, advantage: float) -> list[types.Datum]:
