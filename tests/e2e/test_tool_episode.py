@@ -40,7 +40,9 @@ CASES = {
 
 
 def load_loop(name: str):
-    spec = importlib.util.spec_from_file_location(f"tool_episode_{name.replace('-', '_')}", GENERATED / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(
+        f"tool_episode_{name.replace('-', '_')}", GENERATED / f"{name}.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -114,7 +116,11 @@ async def scripted_episodes(case: str, loop, args, model: str) -> None:
     if case == "stand-in-without-tools":
         assert not fmt.native
 
-    call = {"id": "call_0", "type": "function", "function": {"name": "search", "arguments": json.dumps({"query": QUERY})}}
+    call = {
+        "id": "call_0",
+        "type": "function",
+        "function": {"name": "search", "arguments": json.dumps({"query": QUERY})},
+    }
     call_tokens = model_turn(loop, fmt, {"role": "assistant", "content": "", "tool_calls": [call]})
     call_text = fmt.text(call_tokens)
     assert QUERY in call_text
@@ -136,7 +142,9 @@ async def scripted_episodes(case: str, loop, args, model: str) -> None:
     assert [m["content"] for m in results] == [searched]
     assert good.calls["search"] == 1 and good.malformed == 0 and good.end == "answer"
     second_prompt = fmt.text(policy.prompts[5])
-    assert "born in 1726" in second_prompt and second_prompt.index(QUERY) < second_prompt.index("born in 1726")
+    assert "born in 1726" in second_prompt and second_prompt.index(QUERY) < second_prompt.index(
+        "born in 1726"
+    )
     assert fmt.text(policy.prompts[0]).count("born in 1726") == 0  # not before the search
     for tool in ("search", "calculator"):
         assert tool in fmt.text(policy.prompts[0])  # declared in the first prompt
@@ -204,10 +212,14 @@ def whole_transcript(episode, datums) -> tuple[list[int], list[int]]:
             new = turn.prompt
         sequence += new + turn.tokens
         sampled += [0] * len(new) + [1] * len(turn.tokens)
-    joined = [token for d in datums for token in [d.model_input.to_ints()[0], *d.loss_fn_inputs["target_tokens"].data]]
+    joined = [
+        token
+        for d in datums
+        for token in [d.model_input.to_ints()[0], *d.loss_fn_inputs["target_tokens"].data]
+    ]
     assert joined == sequence
     # Target i of a datum is token i + 1 of its sequence: drop each datum's first position.
-    starts, position, kept = set(), 0, []
+    starts, position = set(), 0
     for d in datums:
         starts.add(position)
         position += d.model_input.length + 1
@@ -215,7 +227,9 @@ def whole_transcript(episode, datums) -> tuple[list[int], list[int]]:
     return sequence, kept
 
 
-async def answer_logprobs(sampler, good: list[int], bad: list[int], n_good: int, n_bad: int) -> tuple[float, float]:
+async def answer_logprobs(
+    sampler, good: list[int], bad: list[int], n_good: int, n_bad: int
+) -> tuple[float, float]:
     scored_good = await sampler.compute_logprobs(types.ModelInput.from_ints(good))
     scored_bad = await sampler.compute_logprobs(types.ModelInput.from_ints(bad))
     return sum(scored_good[-n_good:]), sum(scored_bad[-n_bad:])
