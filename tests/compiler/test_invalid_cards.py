@@ -73,7 +73,7 @@ CASES = [
         "name: a\ntitle: t\nsignal: environment\nmethod: grpo\ntask: chat\nmodel: Qwen/Qwen3-8B\n",
         [
             "card.yaml:5:7: task: task chat does not fit signal environment; "
-            "for environment use: code, json, match, math"
+            "for environment use: code, json, match, math, tool-agents"
         ],
     ),
     (
