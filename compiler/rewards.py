@@ -87,6 +87,8 @@ def reward_problems(card: RawCard) -> list[Problem]:
             for name in given
         ]
     reward = data.get("reward", "verifier")
+    # A task without a verifier of its own may let the card pick one (tool-agents: the `verifier` field).
+    verified = task.verifier is not None or task.name in (catalog.fields["verifier"].tasks or ())
     if task.judge:
         for name in ("reward", "reward_model"):
             if name in data:
@@ -95,14 +97,14 @@ def reward_problems(card: RawCard) -> list[Problem]:
         if "rubric" in data and (problem := judge_module("rubric").rubric_problem(data["rubric"])):
             problems.append(card.problem(("rubric",), problem))
     elif reward == "model":
-        if task.verifier:
+        if verified:
             problems.append(
                 card.problem(
                     ("reward",),
                     f"task {task.name} has its own verifier; reward: model is for tasks without one (chat)",
                 )
             )
-    elif task.verifier is None and data["signal"] in task.signals:  # else the signal rule says it
+    elif not verified and data["signal"] in task.signals:  # else the signal rule says it
         problems.append(
             card.problem(
                 ("task",),

@@ -61,6 +61,8 @@ def schema_problems(card: RawCard) -> list[Problem]:
             hint = did_you_mean(error.instance, choices)
             shown = ", ".join(choices) if len(choices) <= 8 else f"see `rtc list {_list_for(path)}`"
             problems.append(card.problem(path, f"{error.instance!r} is not one of: {shown}{hint}"))
+        elif error.validator == "propertyNames" and path == ("tool_timeouts",):
+            problems.append(card.problem(path, f"unknown tool: {error.message}; see `rtc list tools`"))
         elif error.validator == "propertyNames":
             problems.append(card.problem(path, f"unknown loss option: {error.message}"))
         elif error.validator == "type":
@@ -173,6 +175,20 @@ def rule_problems(card: RawCard) -> list[Problem]:
                     key=True,
                 )
             )
+    for field in catalog.fields.values():
+        if field.name not in data:
+            continue
+        if field.tasks and task.name not in field.tasks:
+            where = ", ".join(field.tasks)
+            problems.append(card.problem((field.name,), f"applies to task {where} only; remove it", key=True))
+        elif field.methods and method.name not in field.methods:
+            where = ", ".join(field.methods)
+            problems.append(
+                card.problem(
+                    (field.name,), f"applies to method {where} only, not {method.name}; remove it", key=True
+                )
+            )
+    problems += tool_problems(card)
     if method.name == "grpo" and data.get("group_size", 2) < 2:
         problems.append(
             card.problem(
@@ -278,6 +294,51 @@ def teacher_problems(card: RawCard, method, model) -> list[Problem]:
             )
         ]
     return []
+
+
+def tool_problems(card: RawCard) -> list[Problem]:
+    """The rules of a tool-agents card's tools (the fields themselves are checked by the schema)."""
+    catalog = load_catalog()
+    data = card.data
+    if data["task"] != "tool-agents":
+        return []
+    problems = []
+    model = catalog.models[data["model"]]
+    renderer = catalog.renderers[model.renderer]
+    tools = data.get("tools", [])
+    if data["method"] == "grpo" and not tools:
+        problems.append(
+            card.problem(
+                ("task",),
+                "grpo on tool-agents runs episodes in which the model calls tools: list them, e.g. "
+                "tools: [search, calculator] (see `rtc list tools`)",
+            )
+        )
+    if tools and not renderer.tools:
+        problems.append(
+            card.problem(
+                ("tools",),
+                f"{model.name} has no tool format rtc can render (its format, {renderer.name}, cannot "
+                "declare tools); choose a model whose format can (`rtc list models`)",
+            )
+        )
+    for name in data.get("tool_timeouts", {}):
+        if name in catalog.tools and name not in tools:
+            problems.append(
+                card.problem(("tool_timeouts", name), f"times {name}, which tools does not list", key=True)
+            )
+    if "corpus" in data:
+        readers = [name for name in tools if name in catalog.tools and catalog.tools[name].corpus]
+        if not readers:
+            problems.append(
+                card.problem(
+                    ("corpus",), "only search and lookup read a corpus, and tools lists neither", key=True
+                )
+            )
+        path = Path(card.file).parent / data["corpus"]
+        if not path.is_file():
+            problems.append(card.problem(("corpus",), f"no such file: {path}"))
+    return problems
 
 
 def validate(card: RawCard) -> None:

@@ -766,8 +766,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         )
     if args.log is None:
         args.log = str(Path("runs") / args.out / "metrics.jsonl")
-    if args.init_from and not args.init_from.startswith("tinker://"):
-        # Another run's checkpoints.jsonl: its latest checkpoint.
+    if args.init_from and not args.init_from.startswith("tinker://") and not args.dry_run:
+        # Another run's checkpoints.jsonl: its latest checkpoint (a dry run needs no earlier run).
         args.init_from = RunLog.read_checkpoints(Path(args.init_from), "--init-from")[-1]["path"]
     return args
 
@@ -957,16 +957,19 @@ class TmlFormat:
         self.max_length = MAX_LENGTH  # lowered to the service's context once connected
         self.truncated = 0  # sequences cut to max_length so far, reported in the metrics
 
+    def conversation(self, messages: list[dict]) -> list:
+        """Chat messages (OpenAI's dicts, tool calls and results included) as tml-renderers takes them."""
+        return self.chat.OpenAIMessage.from_oss_messages(messages)
+
     def prompt(self, messages: list[dict], room: int | None = 0) -> Prompt:
-        conversation = self.chat.OpenAIMessage.from_oss_messages(messages)
-        spans, parser = self.renderer.render_for_completion(conversation)
+        spans, parser = self.renderer.render_for_completion(self.conversation(messages))
         tokens = [token for span in spans for token in span.span.tokens]
         return Prompt(cut_prompt(self, tokens, room), parser)
 
     def examples(self, messages: list[dict], cut: bool = True) -> list[tuple[list[int], list[float]]]:
         """Tokens and per-token weights of a conversation: weight 1 on the model's own tokens."""
         out = []
-        for example in self.renderer.render_for_sft(self.chat.OpenAIMessage.from_oss_messages(messages)):
+        for example in self.renderer.render_for_sft(self.conversation(messages)):
             tokens = [token for span in example.input_token_spans for token in span.span.tokens]
             weights = [float(weight) for weight in example.per_token_loss_weight_unshifted]
             out.append(cut_to_length(self, tokens, weights, cut))

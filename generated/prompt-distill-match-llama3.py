@@ -616,8 +616,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.teacher = RunLog.read_checkpoints(Path(args.teacher), "--teacher")[-1]["path"]
     if args.log is None:
         args.log = str(Path("runs") / args.out / "metrics.jsonl")
-    if args.init_from and not args.init_from.startswith("tinker://"):
-        # Another run's checkpoints.jsonl: its latest checkpoint.
+    if args.init_from and not args.init_from.startswith("tinker://") and not args.dry_run:
+        # Another run's checkpoints.jsonl: its latest checkpoint (a dry run needs no earlier run).
         args.init_from = RunLog.read_checkpoints(Path(args.init_from), "--init-from")[-1]["path"]
     return args
 

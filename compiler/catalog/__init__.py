@@ -64,6 +64,7 @@ class Renderer:
     kind: str  # "tml" | "template" | "base"
     modes: dict[str, RendererMode]
     default: str
+    tools: bool = True  # the format can declare tools to the model (tool-agents cards with `tools:`)
 
     @property
     def switchable(self) -> bool:
@@ -103,6 +104,8 @@ class Field:
     positive: bool = False
     choices: tuple[str, ...] | None = None
     starter: str | bool | None = None
+    tasks: tuple[str, ...] | None = None  # only cards of these tasks may set it (None: any task)
+    methods: tuple[str, ...] | None = None  # only cards of these methods may set it (None: any method)
 
 
 @dataclass(frozen=True)
@@ -166,6 +169,26 @@ class Task:
     accuracy: bool
     system_prompt: str | None
     judge: bool = False  # graded by a judge model against a rubric (task rubric), not by a verifier
+    templates: dict[str, str] = field(default_factory=dict)  # method -> its template for this task
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool a tool-agents card may list (tools.yaml): its signature and the code that runs it."""
+
+    name: str
+    description: str
+    parameters: dict  # JSON Schema of the arguments (an object of string properties)
+    timeout: float  # default time limit in seconds
+    module: str  # templates/tools/<module>.py, inlined into the loop
+    corpus: bool = False  # reads the card's corpus (--corpus)
+    sandbox: bool = False  # runs model-written code in the code task's sandbox
+
+    @property
+    def spec(self) -> dict:
+        """The OpenAI-style declaration a chat format renders: {"type": "function", "function": {...}}."""
+        function = {"name": self.name, "description": self.description, "parameters": self.parameters}
+        return {"type": "function", "function": function}
 
 
 @dataclass(frozen=True)
@@ -177,6 +200,7 @@ class Catalog:
     tasks: dict[str, Task]
     fields: dict[str, Field]
     renderers: dict[str, Renderer]
+    tools: dict[str, Tool] = field(default_factory=dict)
 
 
 def _read(name: str) -> dict:
@@ -216,6 +240,7 @@ def load_catalog() -> Catalog:
     tasks_doc = _read("tasks.yaml")
     fields_doc = _read("fields.yaml")
     renderers_doc = _read("renderers.yaml")
+    tools_doc = _read("tools.yaml")
     models = {}
     for entry in models_doc["models"]:
         entry = dict(entry)
@@ -255,21 +280,27 @@ def load_catalog() -> Catalog:
             accuracy=bool(d["accuracy"]),
             system_prompt=d["system_prompt"],
             judge=bool(d.get("judge", False)),
+            templates=dict(d.get("templates", {})),
         )
         for name, d in tasks_doc["tasks"].items()
     }
-    fields = {
-        name: Field(name=name, schema=d.pop("schema", {}), **d) for name, d in fields_doc["fields"].items()
-    }
+    fields = {}
+    for name, d in fields_doc["fields"].items():
+        for key in ("tasks", "methods"):
+            if key in d:
+                d[key] = tuple(d[key])
+        fields[name] = Field(name=name, schema=d.pop("schema", {}), **d)
     renderers = {
         name: Renderer(
             name=name,
             kind=d["kind"],
             modes={mode: RendererMode(name=mode, **spec) for mode, spec in d["modes"].items()},
             default=d["default"],
+            tools=bool(d.get("tools", True)),
         )
         for name, d in renderers_doc["renderers"].items()
     }
+    tools = {name: Tool(name=name, **d) for name, d in tools_doc["tools"].items()}
     catalog = Catalog(
         models=models,
         signals=signals,
@@ -278,6 +309,7 @@ def load_catalog() -> Catalog:
         tasks=tasks,
         fields=fields,
         renderers=renderers,
+        tools=tools,
     )
     _check(catalog)
     return catalog
@@ -318,6 +350,17 @@ def _check(catalog: Catalog) -> None:
         for mode in renderer.modes.values():
             if (mode.constructor is None) != (renderer.kind != "tml"):
                 problems.append(f"renderers.yaml: {renderer.name}: a constructor is for tml renderers only")
+    for task in catalog.tasks.values():
+        for method in task.templates:
+            if method not in catalog.methods:
+                problems.append(f"tasks.yaml: {task.name}: a template for unknown method {method!r}")
+    for f in catalog.fields.values():
+        for task in f.tasks or ():
+            if task not in catalog.tasks:
+                problems.append(f"fields.yaml: {f.name}: unknown task {task!r}")
+        for method in f.methods or ():
+            if method not in catalog.methods:
+                problems.append(f"fields.yaml: {f.name}: unknown method {method!r}")
     if problems:
         raise ValueError("rtc catalog is inconsistent:\n  " + "\n  ".join(problems))
 

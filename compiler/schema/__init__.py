@@ -34,6 +34,10 @@ def card_schema() -> dict:
         spec = {"enum": sorted(names[field.enum])} if field.enum else dict(field.schema)
         if field.name == "loss_config":
             spec["propertyNames"] = {"enum": loss_options}
+        if field.name == "tools":
+            spec["items"] = {"enum": sorted(catalog.tools)}
+        if field.name == "tool_timeouts":
+            spec["propertyNames"] = {"enum": sorted(catalog.tools)}
         spec["description"] = field.doc
         properties[field.name] = spec
     return {

@@ -70,10 +70,9 @@ CASES = [
     ),
     (
         "task does not fit the signal",
-        "name: a\ntitle: t\nsignal: environment\nmethod: grpo\ntask: tool-agents\nmodel: Qwen/Qwen3-8B\n",
+        "name: a\ntitle: t\nsignal: preferences\nmethod: dpo\ntask: code\nmodel: Qwen/Qwen3-8B\n",
         [
-            "card.yaml:5:7: task: task tool-agents does not fit signal environment; "
-            "for environment use: chat, code, json, match, math, rubric"
+            "card.yaml:5:7: task: task code does not fit signal preferences; for preferences use: chat, tool-agents"
         ],
     ),
     (

@@ -43,6 +43,20 @@ EXTRA = {
     "rlhf-3-grpo-qwen3": ["--reward-model", "Qwen/Qwen3-4B-Instruct-2507"],
     "grpo-rubric-qwen3": ["--grade-truncated", "--judge-max-tokens", "8"],
 }
+# Tool-agents cards: the first rows of the held-out set only (transcripts are long); the tool loops
+# (grpo on tool-agents) also get their corpus and one episode per held-out question at eval.
+TOOL_ARGS = ["--eval-samples", "1", "--max-turns", "3"]
+TOOL_EVAL_ROWS = {"grpo": 4, "sft": 1, "sdft": 4}
+# A tool trace is several turns of several hundred tokens (the tools are declared in the prompt), and
+# tiny-qwen3 scores Qwen3's whole 152k vocabulary per token: one trace per SFT step.
+TOOL_SIZES = {"sft": ["--batch-size", "1", "--max-tokens", "8"]}
+TOOL_KEYS = {
+    "train/turns",
+    "train/tool_calls",
+    "train/tool_call_rate",
+    "train/malformed_rate",
+    "train/answered",
+}
 KEYS = {
     "grpo": {"train/reward", "train/accuracy", "train/skipped_frac", "train/sampled_tokens"},
     "sdft": {"train/teacher_entropy", "train/answer_tokens", "train/truncated"},
@@ -105,35 +119,51 @@ def test_a_stand_in_model_is_rendered_with_its_own_chat_template(run_loop, tmp_p
 
 
 def check_card_run(run_loop, tmp_path, spec: dict, url: str | None = None, data=None, extra=()):
+    extra = list(extra)
     # At most EVAL_ROWS held-out prompts: a teacher scores each eval answer with its own request.
     eval_rows = read_jsonl(DATA / spec["data"]["eval"].split("/")[-1])[:EVAL_ROWS]
+    chained = spec.get("init_from", "").endswith("checkpoints.jsonl")
+    if chained:  # the second card of a chain: run the first, in the same directory
+        first = yaml.safe_load((ROOT / "recipes" / f"{Path(spec['init_from']).parent.name}.yaml").read_text())
+        check_card_run(run_loop, tmp_path, first, url)
+    sizes, timeout = SIZES[spec["method"]], 240
+    if spec["task"] == "tool-agents":  # long transcripts: fewer rows, more time
+        sizes, timeout = TOOL_SIZES.get(spec["method"], sizes), 600
+        eval_rows = eval_rows[: TOOL_EVAL_ROWS[spec["method"]]]
+    tool_loop = spec["task"] == "tool-agents" and spec["method"] == "grpo"
+    if tool_loop:
+        extra += [*TOOL_ARGS, "--corpus", DATA / spec["corpus"].split("/")[-1]]
     result = run_loop(
         spec["name"],
         "--data",
         data or DATA / spec["data"]["train"].split("/")[-1],
         "--eval-data",
-        write_jsonl(tmp_path / "eval.jsonl", eval_rows),
+        write_jsonl(tmp_path / f"{spec['name']}.eval.jsonl", eval_rows),
         "--steps",
         "3",
         "--eval-every",
         "2",
         "--save-every",
         "2",
-        *SIZES[spec["method"]],
+        *sizes,
         *extra,
         *EXTRA.get(spec["name"], []),
         url=url,
+        timeout=timeout,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
+    if chained:
+        assert "starting from tinker://" in result.stdout, result.stdout
     run_dir = tmp_path / "runs" / spec["name"]
     records = read_jsonl(run_dir / "metrics.jsonl")
     train = [r for r in records if r["split"] == "train"]
     evals = [r for r in records if r["split"] == "eval"]
     assert [r["step"] for r in train] == [0, 1, 2]
     assert [r["step"] for r in evals] == [0, 2, 3]  # before steps 0 and 2, and after the last
+    keys = COMMON | KEYS[spec["method"]] | (TOOL_KEYS if tool_loop else set())
     for record in train:
-        assert COMMON | KEYS[spec["method"]] <= set(record), sorted(record)
+        assert keys <= set(record), sorted(record)
         assert ("optim/grad_norm" in record) == (record["train/loss"] is not None), sorted(record)
     for record in evals:
         assert all(key == "step" or key == "split" or key.startswith("eval/") for key in record), record
