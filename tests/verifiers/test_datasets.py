@@ -19,7 +19,19 @@ DATASETS = {
     "sft-chat": ("demonstrations", 24, 6),
     "sft-json": ("demonstrations", 160, 40),
     "tool-agents": ("demonstrations", 12, 4),
+    "tool-questions": ("environment", 400, 47),
+    "tool-traces": ("demonstrations", 240, 24),
+    "rlhf-sft": ("demonstrations", 40, 8),
+    "rlhf-prefs": ("preferences", 80, 16),
+    "rlhf-prompts": ("environment", 40, 8),
+    "rubric-chat": ("environment", 12, 4),
 }
+# Not rows of a signal: the documents the tool-agents search and lookup tools read.
+CORPORA = {"tool-corpus"}
+# Scored by a model (a reward model, a rubric judge with the card's rubric): their metadata may be empty.
+MODEL_SCORED = {"rlhf-prompts", "rubric-chat"}
+# Preference sets with several pairs per prompt (the reward model sees each prompt answered both ways).
+PAIRS_PER_PROMPT = {"rlhf-prefs": 2}
 SIGNAL_KEYS = {
     "environment": {"prompt", "metadata"},
     "preferences": {"prompt", "chosen", "rejected"},
@@ -120,7 +132,7 @@ def test_no_unexpected_files():
     stems = {
         path.name.removesuffix(".eval.jsonl").removesuffix(".jsonl") for path in DATA_DIR.glob("*.jsonl")
     }
-    assert stems == set(DATASETS)
+    assert stems == set(DATASETS) | CORPORA
 
 
 @pytest.mark.parametrize("stem", sorted(DATASETS))
@@ -133,7 +145,8 @@ def test_rows_have_the_keys_and_types_of_their_signal(stem):
         assert set(row) == SIGNAL_KEYS[signal], where
         check_prompt(row["prompt"], where)
         if signal == "environment":
-            assert isinstance(row["metadata"], dict) and row["metadata"], where
+            assert isinstance(row["metadata"], dict), where
+            assert row["metadata"] or stem in MODEL_SCORED, where
         else:
             for key in SIGNAL_KEYS[signal] - {"prompt"}:
                 if isinstance(row[key], list):  # a demonstration given as turns: calls, results, answer
@@ -148,7 +161,8 @@ def test_rows_have_the_keys_and_types_of_their_signal(stem):
 def test_train_and_eval_do_not_overlap(stem):
     train, held_out = split(stem)
     train_prompts = {prompt_key(row["prompt"]) for row in train}
-    assert len(train_prompts) == len(train), "duplicate prompts in the train split"
+    pairs = PAIRS_PER_PROMPT.get(stem, 1)
+    assert len(train_prompts) * pairs == len(train), "duplicate prompts in the train split"
     assert not train_prompts & {prompt_key(row["prompt"]) for row in held_out}
 
 
