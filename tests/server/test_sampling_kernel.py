@@ -9,12 +9,11 @@ a wrong temperature, or a filter applied to the wrong rows moves the counts far 
 from __future__ import annotations
 
 import pytest
+import scipy.stats as scipy_stats
 import torch
 
 from rtc.server.engine import Engine
 from rtc.server.sampling import SamplingRequest, filter_logits, generate, inverse_cdf
-
-scipy_stats = pytest.importorskip("scipy.stats")
 
 
 def chi_square_p(counts: torch.Tensor, probs: torch.Tensor) -> float:
