@@ -43,8 +43,8 @@ def score(reply: str, expected: dict) -> dict[str, bool]:
 
 
 def curve(metrics: list[dict]) -> list[str]:
-    train = [(m["step"], m["loss"]) for m in metrics if m.get("split") == "train" and "loss" in m]
-    held = [(m["step"], m["loss"]) for m in metrics if m.get("split") == "eval" and "loss" in m]
+    train = [(m["step"], m["train/loss"]) for m in metrics if m.get("train/loss") is not None]
+    held = [(m["step"], m["eval/loss"]) for m in metrics if m.get("eval/loss") is not None]
     lines = ["loss per token (train, by step):"]
     lines.append("  " + " ".join(f"{loss:.2f}" for _, loss in train))
     lines.append("held-out loss per token: " + ", ".join(f"step {step} {loss:.3f}" for step, loss in held))
