@@ -290,9 +290,18 @@ def dry_run(args, rows: list[dict], fmt) -> None:
     print("dry run: data and plan are fine; nothing was sent")
 
 
-def run_tokens(fmt, rows: list[dict], eval_rows: list[dict], args) -> dict | None:
-    """The tokens of the whole run by phase (see cost_lines); None: not counted for this method."""
-    return None
+def run_tokens(fmt, rows: list[dict], eval_rows: list[dict], args) -> dict:
+    """The tokens of the whole run: forward_backward_custom reads each step's datums twice (a forward
+    for the logprobs its loss needs, then forward_backward), each eval reads its pairs once (forward);
+    a pair is four datums (pair_datums)."""
+    inputs = {}
+    for row in [*rows, *eval_rows]:
+        inputs[id(row)] = sum(datum.model_input.length for datum in pair_datums(fmt, row))
+    trained = sum(inputs[id(row)] for row in run_rows(rows, args, args.batch_size))
+    return {
+        "train steps": Tokens(prefill=trained, train=trained),
+        "evals": Tokens(prefill=evals_in_run(args, eval_rows) * sum(inputs[id(row)] for row in eval_rows)),
+    }
 
 
 async def train(

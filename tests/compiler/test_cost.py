@@ -247,3 +247,35 @@ def test_every_priced_model_is_in_the_catalog_and_the_table_is_dated():
     assert table.source.startswith("https://")
     for price in table.prices.values():
         assert 0 < price.prefill <= price.sample and 0 < price.train
+
+
+def test_distill_counts_the_students_samples_and_the_teachers_scoring(tmp_path):
+    """On-policy distillation: each answer (at --max-tokens) is sampled by the student, read again by
+    the teacher after its own prompt (compute_logprobs), and trained after the student's prompt; an
+    eval samples EVAL_SAMPLES answers per held-out prompt and has the teacher score each."""
+    data = write_jsonl(tmp_path / "train.jsonl", MATH_ROWS)
+    held = write_jsonl(tmp_path / "eval.jsonl", MATH_ROWS[:2])
+    # 3 steps x 2 prompts = two epochs of the 3 rows; 4 answers per prompt; evals at 0, 2 and the end.
+    output = dry_run(
+        "distill-math-qwen3", "--data", data, "--eval-data", held, "--steps", 3, "--prompts-per-step", 2,
+        "--group-size", 4, "--eval-every", 2, "--max-tokens", 32,
+    )  # fmt: skip
+    renderer = renderers.Qwen3.instruct()  # the card's student, Qwen3-4B-Instruct-2507
+    # The card gives the teacher no system prompt of its own: it reads the student's prompt.
+    assert load_loop("distill-math-qwen3").TEACHER_SYSTEM_PROMPT is None
+    prompts = [prompt_length(renderer, row["prompt"]) for row in MATH_ROWS]
+    answer, group, eval_samples = 32, 4, 4  # eval_samples: the loop's EVAL_SAMPLES
+    train = (
+        2 * sum(p + group * (p + answer) for p in prompts),  # the student's request, the teacher's reads
+        2 * 3 * group * answer,
+        2 * sum(group * (p + answer - 1) for p in prompts),
+    )
+    evals = (3 * sum(p + eval_samples * (p + answer) for p in prompts[:2]), 3 * 2 * eval_samples * answer, 0)
+    closing = (prompts[0], answer, 0)
+    whole = tuple(a + b + c for a, b, c in zip(train, evals, closing, strict=True))
+    assert phases(cost_section(output)) == {
+        "train steps": train,
+        "evals": evals,
+        "closing sample": closing,
+        "whole run": whole,
+    }
