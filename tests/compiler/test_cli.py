@@ -351,3 +351,14 @@ def test_installed_under_one_import_name(tmp_path):
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "[True, True, True]\nTrue\n"
+
+
+def test_every_template_file_is_packaged():
+    """A non-editable install ships only what package-data names: every file a card may inline (the
+    method templates, their parts, the verifier, judge and tool modules) must match one of its globs."""
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    templates = ROOT / "templates"
+    packaged = {path for pattern in globs["rtc.templates"] for path in templates.glob(pattern)}
+    files = {p for p in templates.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    files -= {templates / "__init__.py"}  # a module of the package, not data
+    assert sorted(str(p.relative_to(templates)) for p in files - packaged) == []
