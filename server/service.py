@@ -300,14 +300,14 @@ class TinkerService:
         return request_id
 
     def _submit_sampling(self, session: Session, adapter: str | None, request: SamplingRequest) -> str:
-        """The one place sampling work is queued."""
-
+        """The one place sampling work is queued; the scheduler decodes it batched with the requests
+        of the same weights that arrive with it. Every way it can end resolves its future."""
         self._queue_slot(session)
         request_id = self.futures.create(session.session_id)
 
         async def finish() -> None:
-            sample = self.scheduler.sample(request, adapter, session.session_id)
             try:
+                sample = self.scheduler.sample(request, adapter, session.session_id)
                 outcome = Outcome(proto=protocol.encode_sample(await asyncio.wrap_future(sample)))
             except (EngineUserError, WorkCancelled) as error:
                 outcome = Outcome(error=str(error), category="user")
